@@ -1,0 +1,151 @@
+/*
+ * pocketllm.h — the public C API of libpocketllm.
+ *
+ * One process, one device: a model is loaded onto exactly one backend
+ * ("ref", "cpu", ...). Everything the model needs on that device (weights,
+ * KV cache, scratch) is planned before anything is allocated.
+ *
+ * Every fallible call returns a pl_status. On failure, pl_last_error() gives
+ * a one-line, human-readable message naming the problem (thread-local, valid
+ * until the next failing call on the same thread). No function here exits or
+ * aborts the process on bad input.
+ */
+#ifndef POCKETLLM_H
+#define POCKETLLM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define PL_API __attribute__((visibility("default")))
+#else
+#define PL_API
+#endif
+
+/* Status codes. Values are stable (part of the ABI). */
+typedef enum pl_status {
+    PL_OK = 0,
+    PL_ERR_INVALID_ARG = 1,   /* a caller passed something invalid */
+    PL_ERR_IO = 2,            /* open/read/mmap failed */
+    PL_ERR_FORMAT = 3,        /* a file is corrupt or not what it claims */
+    PL_ERR_UNSUPPORTED = 4,   /* valid, but this build cannot do it */
+    PL_ERR_NO_MEMORY = 5,     /* an allocation failed */
+    PL_ERR_NOT_FOUND = 6,     /* a key, tensor or name does not exist */
+    PL_ERR_CONTEXT_FULL = 7,  /* the sequence would exceed the context size */
+    PL_ERR_DOES_NOT_FIT = 8,  /* the plan exceeds the device's memory budget */
+    PL_ERR_INTERNAL = 9,      /* a bug: please report it */
+} pl_status;
+
+PL_API const char *pl_status_str(pl_status st);
+PL_API const char *pl_last_error(void);
+PL_API const char *pl_version(void);
+
+/* ---- model ----------------------------------------------------------------*/
+
+typedef struct pl_model pl_model;
+typedef struct pl_session pl_session;
+
+typedef struct pl_model_params {
+    const char *device;      /* backend name: "cpu" (default) or "ref" */
+    int n_threads;           /* 0 = all cores */
+    int n_ctx;               /* context length per sequence; 0 = min(file's, 4096) */
+    int n_seq;               /* KV-cache slots (sequences decoded together); 0 = 1 */
+    int n_batch;             /* max tokens per forward call; 0 = 512 */
+    uint64_t memory_budget;  /* bytes the device may use; 0 = no limit */
+    bool vocab_only;         /* load only the tokenizer (no tensors needed) */
+} pl_model_params;
+
+PL_API pl_model_params pl_model_default_params(void);
+PL_API pl_status pl_model_load(const char *path, const pl_model_params *params, pl_model **out);
+PL_API void pl_model_free(pl_model *model);
+
+/* What the planner decided, all in bytes on the device. */
+typedef struct pl_memory_plan {
+    uint64_t weights;
+    uint64_t kv_cache;
+    uint64_t scratch;
+    uint64_t total;
+} pl_memory_plan;
+PL_API pl_memory_plan pl_model_memory_plan(const pl_model *model);
+
+PL_API int32_t pl_model_n_vocab(const pl_model *model);
+PL_API int32_t pl_model_n_ctx(const pl_model *model);
+PL_API const char *pl_model_arch(const pl_model *model);
+PL_API const char *pl_model_device(const pl_model *model);
+/* A string metadata value of the file, or NULL. */
+PL_API const char *pl_model_meta_str(const pl_model *model, const char *key);
+
+/* ---- tokenizer ------------------------------------------------------------*/
+
+/* Tokenizes text. *ids is malloc'd (free with pl_free). parse_special: text
+ * of control/user-defined tokens becomes those tokens. add_bos: NULL means
+ * "as the file says" (tokenizer.ggml.add_bos_token). */
+PL_API pl_status pl_tokenize(const pl_model *model, const char *text, size_t len,
+                             bool parse_special, const bool *add_bos,
+                             int32_t **ids, size_t *n_ids);
+/* The bytes of one token. special: render control tokens as their text. The
+ * result may be a partial UTF-8 sequence. Returns PL_ERR_INVALID_ARG for an
+ * id out of range. *len receives the needed size even if cap is too small
+ * (then PL_ERR_INVALID_ARG). */
+PL_API pl_status pl_token_to_piece(const pl_model *model, int32_t id, bool special,
+                                   char *buf, size_t cap, size_t *len);
+/* Detokenizes ids into a malloc'd, NUL-terminated byte string. */
+PL_API pl_status pl_detokenize(const pl_model *model, const int32_t *ids, size_t n,
+                               bool special, char **text, size_t *len);
+PL_API bool pl_token_is_eog(const pl_model *model, int32_t id);
+PL_API void pl_free(void *p);
+
+/* ---- sessions and decoding ------------------------------------------------*/
+
+/* A session owns one sequence: a KV-cache slot and its position. */
+PL_API pl_status pl_session_create(pl_model *model, pl_session **out);
+PL_API void pl_session_free(pl_session *s);
+PL_API int32_t pl_session_pos(const pl_session *s);
+PL_API void pl_session_reset(pl_session *s);
+
+/* Appends tokens to the sequence (prefill in batches of n_batch). If logits
+ * is non-NULL it receives the n_vocab logits after the last token. */
+PL_API pl_status pl_session_eval(pl_session *s, const int32_t *ids, size_t n, float *logits);
+
+/* A batch of tokens that may belong to different sequences. Each token has
+ * its own position and KV-cache slot; logits are produced for the tokens
+ * whose want_logits flag is set, in order, n_vocab floats each. */
+typedef struct pl_batch {
+    int32_t n;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *seq;          /* KV-cache slot, 0 .. n_seq-1 */
+    const bool *want_logits;
+} pl_batch;
+PL_API pl_status pl_model_forward(pl_model *model, const pl_batch *batch, float *logits);
+/* Forgets slot seq's cache from position pos onwards. */
+PL_API void pl_model_kv_truncate(pl_model *model, int32_t seq, int32_t pos);
+
+/* ---- sampling -------------------------------------------------------------*/
+
+typedef struct pl_sampler_params {
+    float temperature;   /* <= 0: greedy */
+    int32_t top_k;       /* <= 0: off */
+    float top_p;         /* >= 1: off */
+    float min_p;         /* <= 0: off */
+    uint64_t seed;
+} pl_sampler_params;
+
+typedef struct pl_sampler pl_sampler;
+PL_API pl_sampler_params pl_sampler_default_params(void);
+PL_API pl_status pl_sampler_create(const pl_sampler_params *p, int32_t n_vocab, pl_sampler **out);
+PL_API void pl_sampler_free(pl_sampler *s);
+/* Picks a token from logits (n_vocab floats, not modified). Each call draws
+ * exactly one uniform value from the sampler's seeded RNG (greedy draws none),
+ * so one seed reproduces one text. */
+PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* POCKETLLM_H */

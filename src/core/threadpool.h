@@ -1,0 +1,19 @@
+/* A persistent thread pool. pl_threadpool_run() runs fn(arg, ith, nth) on all
+ * nth threads (the caller is thread 0) and returns when every thread is done.
+ * Workers spin briefly between jobs, then sleep, so back-to-back ops cost no
+ * syscalls. One job at a time; not re-entrant. */
+#ifndef PL_CORE_THREADPOOL_H
+#define PL_CORE_THREADPOOL_H
+#include "pocketllm.h"
+
+typedef struct pl_threadpool pl_threadpool;
+typedef void (*pl_task_fn)(void *arg, int ith, int nth);
+
+pl_status pl_threadpool_create(int n_threads, pl_threadpool **out);
+void pl_threadpool_free(pl_threadpool *pool);
+int pl_threadpool_size(const pl_threadpool *pool);
+void pl_threadpool_run(pl_threadpool *pool, pl_task_fn fn, void *arg);
+/* Number of online CPU cores (>= 1). */
+int pl_cpu_count(void);
+
+#endif

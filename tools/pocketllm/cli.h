@@ -1,0 +1,33 @@
+/* The pocketllm command: each subcommand lives in its own cmd_*.c file and
+ * registers itself with PL_CLI_COMMAND, so adding one touches no other file. */
+#ifndef PL_CLI_H
+#define PL_CLI_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct pl_cli_command {
+    const char *name;
+    const char *summary;
+    int (*main)(int argc, char **argv);   /* argv[0] is the subcommand name */
+} pl_cli_command;
+
+void pl_cli_register(const pl_cli_command *cmd);
+
+#define PL_CLI_COMMAND(ident, cname, csummary, fn)                                  \
+    static const pl_cli_command ident = {cname, csummary, fn};                      \
+    __attribute__((constructor)) static void ident##_register(void) { pl_cli_register(&ident); }
+
+/* Prints "pocketllm: <message>" to stderr; returns 1 (the exit status). */
+int pl_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Small option parser: matches "--name value" and "--name=value".
+ * Returns true and sets *val (and advances *i) when argv[*i] is that option;
+ * prints an error and sets *bad if the value is missing. */
+bool pl_cli_opt(int argc, char **argv, int *i, const char *name, const char **val, bool *bad);
+bool pl_cli_parse_int(const char *s, long long min, long long max, long long *out);
+bool pl_cli_parse_float(const char *s, double *out);
+/* JSON string escaping of arbitrary bytes (invalid UTF-8 becomes U+FFFD). */
+void pl_cli_json_string(FILE *f, const char *s, size_t len);
+
+#endif
