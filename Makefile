@@ -5,7 +5,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all test asan fuzz clean
+.PHONY: all test asan fuzz run clean
 
 all:
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
@@ -22,6 +22,10 @@ asan:
 fuzz:
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPL_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
+
+DEMO_MODEL ?= tests/fixtures/models/tiny-qwen3-q4_k_m.gguf
+run: all
+	@$(BUILD)/bin/pocketllm run --model $(DEMO_MODEL) --prompt "The capital of France is" --max-tokens 24
 
 clean:
 	rm -rf build build-asan build-fuzz

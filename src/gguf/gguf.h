@@ -53,12 +53,19 @@ uint32_t pl_gguf_version(const pl_gguf *g);
 uint64_t pl_gguf_alignment(const pl_gguf *g);
 const void *pl_gguf_base(const pl_gguf *g);     /* start of the mapping */
 size_t pl_gguf_size(const pl_gguf *g);
+/* File offset where the data section starts (tensor offsets are relative to
+ * it). Added by the GGUF reader owner. */
+uint64_t pl_gguf_data_offset(const pl_gguf *g);
 
 /* ---- key/values ---- */
 int64_t pl_gguf_n_kv(const pl_gguf *g);
 int64_t pl_gguf_find_key(const pl_gguf *g, const char *key);   /* -1 if absent */
 pl_gguf_str pl_gguf_kv_key(const pl_gguf *g, int64_t idx);
 pl_gguf_type pl_gguf_kv_type(const pl_gguf *g, int64_t idx);
+/* The serialized value of KV idx as it is in the file, the bytes after its u32
+ * type field (for arrays: element type, count, elements). Used to copy a KV
+ * verbatim (pl_gguf_writer_copy_kv). */
+pl_status pl_gguf_kv_raw(const pl_gguf *g, int64_t idx, const void **data, uint64_t *size);
 
 /* Typed getters by key. They return PL_ERR_NOT_FOUND if the key is absent and
  * PL_ERR_FORMAT (with a message naming key and types) if the stored type does

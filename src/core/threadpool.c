@@ -1,0 +1,214 @@
+/* A persistent fork-join thread pool (see threadpool.h).
+ *
+ * Dispatch protocol. The caller publishes (fn, arg), resets n_done and bumps
+ * the job generation `gen`; each worker waits for gen to change, runs
+ * fn(arg, ith, nth) and increments n_done; the caller runs ith = 0 itself and
+ * then waits for n_done == nth - 1. A worker first spins on gen (with the
+ * PAUSE hint) for PL_SPIN_NS after its last job, so the back-to-back ops of a
+ * forward pass are dispatched in well under a microsecond without syscalls;
+ * after that it sleeps on a condition variable so an idle model costs no CPU.
+ *
+ * Lost wake-ups are excluded Dekker-style: a worker increments n_sleeping
+ * (seq_cst) under the mutex and then re-reads gen before waiting, while the
+ * caller bumps gen (seq_cst) before reading n_sleeping and, if anyone may be
+ * asleep, broadcasts under the same mutex. Either the worker sees the new
+ * generation or the caller sees the sleeper.
+ */
+#include "core/threadpool.h"
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "core/status.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define PL_CPU_RELAX() __builtin_ia32_pause()
+#else
+#define PL_CPU_RELAX() ((void)0)
+#endif
+
+/* How long a worker keeps spinning for the next job before it sleeps, and how
+ * long the caller spins on stragglers before it starts yielding its core
+ * (matters when the machine is oversubscribed). */
+#define PL_SPIN_NS 200000LL
+#define PL_WAIT_SPIN_NS 50000LL
+#define PL_MAX_THREADS 1024
+
+typedef struct pl_worker {
+    struct pl_threadpool *pool;
+    int ith;
+} pl_worker;
+
+struct pl_threadpool {
+    int n_threads;
+    pthread_t *threads;
+    pl_worker *workers;
+    int n_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* The current job; written by the caller before gen is bumped. */
+    pl_task_fn fn;
+    void *arg;
+    /* Each hot counter on its own cache line: workers poll gen while they
+     * write n_done. */
+    _Alignas(64) atomic_uint gen;
+    _Alignas(64) atomic_int n_done;
+    _Alignas(64) atomic_int n_sleeping;
+    atomic_bool stop;
+};
+
+static long long pl_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Waits until gen differs from `seen`; returns the new generation. */
+static unsigned pl_worker_wait(struct pl_threadpool *p, unsigned seen) {
+    long long deadline = 0;
+    for (unsigned it = 0;; it++) {
+        unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
+        if (g != seen) return g;
+        PL_CPU_RELAX();
+        if ((it & 255) == 255) {
+            long long now = pl_now_ns();
+            if (!deadline) deadline = now + PL_SPIN_NS;
+            else if (now >= deadline) break;
+        }
+    }
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->n_sleeping, 1);
+    unsigned g;
+    while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+    atomic_fetch_sub(&p->n_sleeping, 1);
+    pthread_mutex_unlock(&p->mu);
+    return g;
+}
+
+static void *pl_worker_main(void *vw) {
+    pl_worker *w = vw;
+    struct pl_threadpool *p = w->pool;
+    unsigned seen = 0;
+    for (;;) {
+        seen = pl_worker_wait(p, seen);
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        p->fn(p->arg, w->ith, p->n_threads);
+        atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+/* Bumps the generation and wakes sleepers (see the protocol above). */
+static void pl_pool_signal(struct pl_threadpool *p) {
+    atomic_fetch_add(&p->gen, 1);
+    if (atomic_load(&p->n_sleeping) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+static void pl_pool_stop(struct pl_threadpool *p) {
+    atomic_store(&p->stop, true);
+    /* Taking the mutex around the bump makes sure no worker is between its
+     * check of gen and cond_wait when we broadcast. */
+    pthread_mutex_lock(&p->mu);
+    atomic_fetch_add(&p->gen, 1);
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    p->n_started = 0;
+}
+
+pl_status pl_threadpool_create(int n_threads, pl_threadpool **out) {
+    if (!out) return pl_errorf(PL_ERR_INVALID_ARG, "threadpool: out is NULL");
+    *out = NULL;
+    if (n_threads < 1 || n_threads > PL_MAX_THREADS)
+        return pl_errorf(PL_ERR_INVALID_ARG, "threadpool: n_threads = %d (must be 1..%d)",
+                         n_threads, PL_MAX_THREADS);
+    struct pl_threadpool *p = calloc(1, sizeof *p);
+    if (!p) return pl_errorf(PL_ERR_NO_MEMORY, "threadpool: out of memory");
+    p->n_threads = n_threads;
+    atomic_init(&p->gen, 0);
+    atomic_init(&p->n_done, 0);
+    atomic_init(&p->n_sleeping, 0);
+    atomic_init(&p->stop, false);
+    if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return pl_errorf(PL_ERR_INTERNAL, "threadpool: mutex init failed"); }
+    if (pthread_cond_init(&p->cv, NULL) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        free(p);
+        return pl_errorf(PL_ERR_INTERNAL, "threadpool: condvar init failed");
+    }
+    if (n_threads > 1) {
+        p->threads = calloc((size_t)n_threads - 1, sizeof *p->threads);
+        p->workers = calloc((size_t)n_threads - 1, sizeof *p->workers);
+        if (!p->threads || !p->workers) {
+            pl_threadpool_free(p);
+            return pl_errorf(PL_ERR_NO_MEMORY, "threadpool: out of memory");
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            p->workers[i].pool = p;
+            p->workers[i].ith = i + 1;
+            int rc = pthread_create(&p->threads[i], NULL, pl_worker_main, &p->workers[i]);
+            if (rc != 0) {
+                pl_threadpool_free(p);
+                return pl_errorf(PL_ERR_NO_MEMORY, "threadpool: cannot start thread %d of %d: %s",
+                                 i + 1, n_threads, strerror(rc));
+            }
+            p->n_started++;
+        }
+    }
+    *out = p;
+    return PL_OK;
+}
+
+void pl_threadpool_free(pl_threadpool *p) {
+    if (!p) return;
+    pl_pool_stop(p);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p->workers);
+    free(p);
+}
+
+int pl_threadpool_size(const pl_threadpool *p) { return p ? p->n_threads : 1; }
+
+void pl_threadpool_run(pl_threadpool *p, pl_task_fn fn, void *arg) {
+    if (!p || p->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    const int n_workers = p->n_threads - 1;
+    p->fn = fn;
+    p->arg = arg;
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    pl_pool_signal(p);   /* seq_cst bump: also publishes fn, arg, n_done */
+    fn(arg, 0, p->n_threads);
+    long long deadline = 0;
+    for (unsigned it = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers; it++) {
+        PL_CPU_RELAX();
+        if ((it & 255) == 255) {
+            long long now = pl_now_ns();
+            if (!deadline) deadline = now + PL_WAIT_SPIN_NS;
+            else if (now >= deadline) sched_yield();
+        }
+    }
+}
+
+int pl_cpu_count(void) {
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) == 0) {
+        int n = CPU_COUNT(&set);
+        if (n >= 1) return n;
+    }
+#endif
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n >= 1 ? (int)n : 1;
+}

@@ -1,0 +1,73 @@
+/*
+ * The forward pass over a batch of tokens that may belong to different
+ * sequences. Each token carries its own position and KV-cache slot; the batch
+ * is cut into sub-batches of at most n_batch tokens and n_logits_max logits
+ * rows, each run through one graph on the model's backend.
+ */
+#include "engine/model.h"
+#include "core/status.h"
+#include <stdlib.h>
+#include <string.h>
+
+pl_status pl_model_build_graph(pl_model *m, pl_graph *g, int n, int n_out, pl_tensor **logits);
+
+static pl_status run_chunk(pl_model *m, const pl_batch *b, int start, int n, float **logits_out) {
+    int n_out = 0;
+    for (int i = 0; i < n; i++) {
+        m->in_ids[i] = b->tokens[start + i];
+        m->in_pos[i] = b->pos[start + i];
+        m->in_seq[i] = b->seq ? b->seq[start + i] : 0;
+        if (b->want_logits && b->want_logits[start + i]) m->in_out[n_out++] = i;
+    }
+    bool discard = n_out == 0;
+    if (discard) m->in_out[n_out++] = n - 1; /* the graph always has one output row */
+
+    pl_tensor *logits;
+    PL_TRY(pl_model_build_graph(m, &m->graph, n, n_out, &logits));
+    PL_TRY(pl_graph_apply_plan(&m->graph, &m->planned, m->scratch, m->scratch_size));
+    PL_TRY(pl_graph_execute(&m->graph, m->ctx));
+    if (!discard && *logits_out) {
+        size_t row = (size_t)m->hp.n_vocab;
+        for (int r = 0; r < n_out; r++)
+            memcpy(*logits_out + (size_t)r * row, (const char *)logits->data + (size_t)r * logits->nb[1],
+                   row * sizeof(float));
+        *logits_out += (size_t)n_out * row;
+    }
+    return PL_OK;
+}
+
+PL_API pl_status pl_model_forward(pl_model *m, const pl_batch *b, float *logits) {
+    if (!m || !b || !b->tokens || !b->pos || b->n <= 0)
+        return pl_errorf(PL_ERR_INVALID_ARG, "empty or malformed batch");
+    if (!m->ctx) return pl_errorf(PL_ERR_INVALID_ARG, "model was loaded vocab-only");
+    const int32_t n_vocab = (int32_t)m->hp.n_vocab;
+    for (int i = 0; i < b->n; i++) {
+        int32_t seq = b->seq ? b->seq[i] : 0;
+        if (b->tokens[i] < 0 || b->tokens[i] >= n_vocab)
+            return pl_errorf(PL_ERR_INVALID_ARG, "token id %d out of range (vocabulary has %d)", b->tokens[i], n_vocab);
+        if (seq < 0 || seq >= m->n_seq)
+            return pl_errorf(PL_ERR_INVALID_ARG, "sequence slot %d out of range (%d slots)", seq, m->n_seq);
+        if (b->pos[i] < 0 || b->pos[i] >= m->n_ctx)
+            return pl_errorf(PL_ERR_CONTEXT_FULL, "position %d is outside the context of %d tokens", b->pos[i], m->n_ctx);
+    }
+    int start = 0;
+    float *out = logits;
+    while (start < b->n) {
+        int n = 0, n_out = 0;
+        while (start + n < b->n && n < m->n_batch) {
+            bool want = b->want_logits && b->want_logits[start + n];
+            if (want && n_out == m->n_logits_max) break;
+            n_out += want;
+            n++;
+        }
+        PL_TRY(run_chunk(m, b, start, n, &out));
+        start += n;
+    }
+    return PL_OK;
+}
+
+PL_API void pl_model_kv_truncate(pl_model *m, int32_t seq, int32_t pos) {
+    /* Attention reads positions 0..pos of a slot only, so rows past a new
+     * sequence end are never read before they are rewritten: nothing to do. */
+    (void)m; (void)seq; (void)pos;
+}

@@ -1,0 +1,311 @@
+/*
+ * Loading: open the GGUF, build the tokenizer, pick the architecture, bind
+ * and shape-check weights, then plan every byte the device needs (weights,
+ * KV cache, scratch, kernel work memory) and check it against the budget
+ * BEFORE allocating anything large.
+ */
+#include "engine/model.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+#include "quant/quant.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+PL_API pl_model_params pl_model_default_params(void) {
+    pl_model_params p = {0};
+    p.device = "cpu";
+    return p;
+}
+
+pl_tensor *pl_model_weight(pl_model *m, const char *name) {
+    const pl_gguf_tensor *gt = pl_gguf_find_tensor(m->gguf, name);
+    if (!gt) return NULL;
+    int64_t idx = -1;
+    for (int64_t i = 0; i < m->n_weights; i++)
+        if (pl_gguf_tensor_at(m->gguf, i) == gt) { idx = i; break; }
+    return idx >= 0 ? &m->weights[idx] : NULL;
+}
+
+pl_status pl_model_bind(pl_model *m, pl_tensor **dst, bool required, uint64_t allowed,
+                        int n_dims, const int64_t *ne, const char *fmt, ...) {
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    *dst = NULL;
+    pl_tensor *t = pl_model_weight(m, name);
+    if (!t) {
+        if (!required) return PL_OK;
+        return pl_errorf(PL_ERR_FORMAT, "%s: missing tensor '%s'", m->file_name, name);
+    }
+    bool ok = true;
+    for (int i = 0; i < 4; i++) {
+        int64_t want = i < n_dims ? ne[i] : 1;
+        if (t->ne[i] != want) ok = false;
+    }
+    if (!ok)
+        return pl_errorf(PL_ERR_FORMAT,
+                         "%s: tensor '%s' has shape [%lld, %lld, %lld, %lld], but the hyperparameters say [%lld, %lld]",
+                         m->file_name, name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
+                         (long long)t->ne[3], (long long)ne[0], (long long)(n_dims > 1 ? ne[1] : 1));
+    if (allowed && !(allowed & PL_DTMASK(t->dtype)))
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which is not supported there",
+                         m->file_name, name, pl_dtype_name(t->dtype));
+    if (!allowed && !pl_backend_supports(m->backend, PL_OP_MATMUL, t->dtype))
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which backend '%s' cannot run",
+                         m->file_name, name, pl_dtype_name(t->dtype), m->backend->name);
+    m->weight_bytes += pl_tensor_nbytes(t);
+    *dst = t;
+    return PL_OK;
+}
+
+static pl_status hp_key(pl_model *m, const char *suffix, char *key, size_t cap) {
+    int n = snprintf(key, cap, "%s.%s", m->arch_name, suffix);
+    if (n < 0 || (size_t)n >= cap) return pl_errorf(PL_ERR_INVALID_ARG, "key too long");
+    return PL_OK;
+}
+
+pl_status pl_model_hp_int(pl_model *m, const char *suffix, bool required, int64_t def, int64_t *out) {
+    char key[160];
+    PL_TRY(hp_key(m, suffix, key, sizeof key));
+    pl_status st = pl_gguf_get_i64(m->gguf, key, out);
+    if (st == PL_ERR_NOT_FOUND) {
+        if (required) return pl_errorf(PL_ERR_FORMAT, "%s: missing hyperparameter '%s'", m->file_name, key);
+        *out = def;
+        return PL_OK;
+    }
+    return st;
+}
+
+pl_status pl_model_hp_float(pl_model *m, const char *suffix, bool required, float def, float *out) {
+    char key[160];
+    PL_TRY(hp_key(m, suffix, key, sizeof key));
+    pl_status st = pl_gguf_get_f32(m->gguf, key, out);
+    if (st == PL_ERR_NOT_FOUND) {
+        if (required) return pl_errorf(PL_ERR_FORMAT, "%s: missing hyperparameter '%s'", m->file_name, key);
+        *out = def;
+        return PL_OK;
+    }
+    return st;
+}
+
+static pl_status bind_all_tensors(pl_model *m) {
+    m->n_weights = pl_gguf_n_tensors(m->gguf);
+    m->weights = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *m->weights);
+    if (!m->weights) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    for (int64_t i = 0; i < m->n_weights; i++) {
+        const pl_gguf_tensor *gt = pl_gguf_tensor_at(m->gguf, i);
+        pl_tensor *t = &m->weights[i];
+        /* The GGUF reader already checked dims, type and bounds. Weights stay
+         * in the mapping, packed: kernels decode them. */
+        pl_tensor_init(t, gt->dtype, (int)gt->n_dims, gt->ne, (void *)gt->data);
+        t->buffer = PL_BUF_WEIGHTS;
+        snprintf(t->name, sizeof t->name, "%s", gt->name);
+    }
+    return PL_OK;
+}
+
+static void fill_inputs(pl_model *m, pl_tensor *ids, pl_tensor *pos, pl_tensor *seq, pl_tensor *out,
+                        int n, int n_out) {
+    pl_tensor_init(ids, PL_I32, 1, (int64_t[]){n}, m->in_ids);
+    pl_tensor_init(pos, PL_I32, 1, (int64_t[]){n}, m->in_pos);
+    pl_tensor_init(seq, PL_I32, 1, (int64_t[]){n}, m->in_seq);
+    pl_tensor_init(out, PL_I32, 1, (int64_t[]){n_out}, m->in_out);
+    ids->buffer = pos->buffer = seq->buffer = out->buffer = PL_BUF_HOST;
+}
+
+/* Builds the graph for n tokens / n_out logits rows into g. */
+pl_status pl_model_build_graph(pl_model *m, pl_graph *g, int n, int n_out, pl_tensor **logits) {
+    pl_graph_reset(g);
+    pl_tensor ids, pos, seq, out;
+    fill_inputs(m, &ids, &pos, &seq, &out, n, n_out);
+    pl_graph_inputs in = {pl_graph_external(g, &ids), pl_graph_external(g, &pos), pl_graph_external(g, &seq),
+                          pl_graph_external(g, &out)};
+    *logits = m->arch->build(m, g, &in);
+    if (g->error != PL_OK) return g->error;
+    for (int i = 0; i < g->n_nodes; i++) {
+        pl_status st = pl_node_validate(&g->nodes[i]);
+        if (st != PL_OK) return pl_error_prefix(st, "graph");
+    }
+    return PL_OK;
+}
+
+static pl_status plan_memory(pl_model *m, const pl_model_params *p) {
+    const pl_hparams *hp = &m->hp;
+    const int64_t kv_dim = hp->n_head_kv * hp->head_dim;
+    m->kv_dtype = PL_F16; /* as llama.cpp's default cache */
+    const size_t kv_elt = pl_dtype_row_size(m->kv_dtype, 1);
+    uint64_t per_layer = 0, kv_total = 0;
+    if (__builtin_mul_overflow((uint64_t)kv_dim, (uint64_t)m->n_ctx, &per_layer) ||
+        __builtin_mul_overflow(per_layer, (uint64_t)m->n_seq * kv_elt, &per_layer) ||
+        __builtin_mul_overflow(per_layer, (uint64_t)hp->n_layer * 2, &kv_total))
+        return pl_errorf(PL_ERR_DOES_NOT_FIT, "KV cache size overflows");
+
+    int cap_t, cap_n;
+    m->arch->capacity(m, &cap_t, &cap_n);
+    PL_TRY(pl_graph_init(&m->planned, cap_t, cap_n));
+    PL_TRY(pl_graph_init(&m->graph, cap_t, cap_n));
+    /* Cache descriptors exist before the plan (their data comes later). */
+    m->k_cache = calloc((size_t)hp->n_layer, sizeof *m->k_cache);
+    m->v_cache = calloc((size_t)hp->n_layer, sizeof *m->v_cache);
+    if (!m->k_cache || !m->v_cache) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        int64_t ne[3] = {kv_dim, m->n_ctx, m->n_seq};
+        pl_tensor_init(&m->k_cache[l], m->kv_dtype, 3, ne, NULL);
+        pl_tensor_init(&m->v_cache[l], m->kv_dtype, 3, ne, NULL);
+        m->k_cache[l].buffer = m->v_cache[l].buffer = PL_BUF_KV;
+        snprintf(m->k_cache[l].name, sizeof m->k_cache[l].name, "cache_k_l%d", (int)l);
+        snprintf(m->v_cache[l].name, sizeof m->v_cache[l].name, "cache_v_l%d", (int)l);
+    }
+    pl_tensor *logits;
+    PL_TRY(pl_model_build_graph(m, &m->planned, m->n_batch, m->n_logits_max, &logits));
+    size_t scratch = pl_graph_plan(&m->planned);
+    if (m->planned.error != PL_OK) return m->planned.error;
+    size_t work;
+    PL_TRY(pl_graph_work_size(&m->planned, m->backend, m->ctx->n_threads, &work));
+    size_t inputs = 4 * (size_t)m->n_batch * sizeof(int32_t);
+
+    m->plan.weights = m->weight_bytes;
+    m->plan.kv_cache = kv_total;
+    m->plan.scratch = scratch + work + inputs;
+    m->plan.total = m->plan.weights + m->plan.kv_cache + m->plan.scratch;
+    if (p->memory_budget && m->plan.total > p->memory_budget)
+        return pl_errorf(PL_ERR_DOES_NOT_FIT,
+                         "%s needs %.1f MiB on device '%s' (weights %.1f, KV cache %.1f, scratch %.1f) "
+                         "but the budget is %.1f MiB",
+                         m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
+                         m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, p->memory_budget / 1048576.0);
+
+    /* Allocate. Untouched pages of the cache cost nothing until used. */
+    m->kv_mem = aligned_alloc(64, (kv_total + 63) & ~(uint64_t)63);
+    m->scratch_size = scratch;
+    m->scratch = aligned_alloc(64, (scratch + 64 + 63) & ~(size_t)63);
+    m->ctx->work_size = work;
+    m->ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
+    m->in_ids = calloc((size_t)m->n_batch, sizeof(int32_t));
+    m->in_pos = calloc((size_t)m->n_batch, sizeof(int32_t));
+    m->in_seq = calloc((size_t)m->n_batch, sizeof(int32_t));
+    m->in_out = calloc((size_t)m->n_batch, sizeof(int32_t));
+    m->slot_used = calloc((size_t)m->n_seq, sizeof(bool));
+    if (!m->kv_mem || !m->scratch || (work && !m->ctx->work) || !m->in_ids || !m->in_pos || !m->in_seq ||
+        !m->in_out || !m->slot_used)
+        return pl_errorf(PL_ERR_NO_MEMORY, "cannot allocate %.1f MiB for the KV cache and scratch",
+                         (kv_total + scratch + work) / 1048576.0);
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        m->k_cache[l].data = (char *)m->kv_mem + (size_t)(2 * l) * per_layer;
+        m->v_cache[l].data = (char *)m->kv_mem + (size_t)(2 * l + 1) * per_layer;
+    }
+    return PL_OK;
+}
+
+static pl_status load_impl(pl_model *m, const char *path, const pl_model_params *p) {
+    PL_TRY(pl_gguf_open(path, &m->gguf));
+    PL_TRY(pl_vocab_load(m->gguf, &m->vocab));
+    if (p->vocab_only) return PL_OK;
+
+    pl_gguf_str arch;
+    pl_status st = pl_gguf_get_str(m->gguf, "general.architecture", &arch);
+    if (st == PL_ERR_NOT_FOUND) return pl_errorf(PL_ERR_FORMAT, "%s: no general.architecture", m->file_name);
+    PL_TRY(st);
+    if (arch.len == 0 || arch.len >= sizeof m->arch_name)
+        return pl_errorf(PL_ERR_FORMAT, "%s: bad general.architecture", m->file_name);
+    memcpy(m->arch_name, arch.ptr, arch.len);
+    m->arch_name[arch.len] = 0;
+    m->arch = pl_arch_find(m->arch_name);
+    if (!m->arch)
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (see 'pocketllm architectures')",
+                         m->file_name, m->arch_name);
+
+    const char *dev = p->device && *p->device ? p->device : "cpu";
+    m->backend = pl_backend_find(dev);
+    if (!m->backend || !m->backend->ctx_create)
+        return pl_errorf(PL_ERR_UNSUPPORTED, "device '%s' is not available in this build (see 'pocketllm devices')", dev);
+    PL_TRY(m->backend->ctx_create(p->n_threads, &m->ctx));
+    m->ctx->backend = m->backend;
+
+    m->hp.n_vocab = pl_vocab_n_tokens(m->vocab);
+    int64_t n_layer = 0;
+    PL_TRY(pl_model_hp_int(m, "block_count", true, 0, &n_layer));
+    if (n_layer <= 0 || n_layer > 4096)
+        return pl_errorf(PL_ERR_FORMAT, "%s: implausible block_count %lld", m->file_name, (long long)n_layer);
+    m->layers = calloc((size_t)n_layer, sizeof *m->layers);
+    if (!m->layers) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    PL_TRY(bind_all_tensors(m));
+    PL_TRY(m->arch->load(m));
+
+    m->n_ctx = p->n_ctx > 0 ? p->n_ctx : (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
+    if (m->n_ctx <= 0) m->n_ctx = 4096;
+    m->n_seq = p->n_seq > 0 ? p->n_seq : 1;
+    m->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    if (m->n_batch > m->n_ctx * m->n_seq) m->n_batch = m->n_ctx * m->n_seq;
+    m->n_logits_max = m->n_seq;
+    if (m->n_ctx > (1 << 24) || m->n_seq > 4096 || m->n_batch > (1 << 20))
+        return pl_errorf(PL_ERR_INVALID_ARG, "context %d x %d sequences is too large", m->n_ctx, m->n_seq);
+    return plan_memory(m, p);
+}
+
+PL_API pl_status pl_model_load(const char *path, const pl_model_params *params, pl_model **out) {
+    *out = NULL;
+    if (!path) return pl_errorf(PL_ERR_INVALID_ARG, "no model path given");
+    pl_model_params defaults = pl_model_default_params();
+    if (!params) params = &defaults;
+    pl_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    m->path = strdup(path);
+    if (!m->path) { free(m); return pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); }
+    const char *slash = strrchr(m->path, '/');
+    m->file_name = slash ? slash + 1 : m->path;
+    pl_status st = load_impl(m, path, params);
+    if (st != PL_OK) {
+        pl_model_free(m);
+        return st;
+    }
+    *out = m;
+    return PL_OK;
+}
+
+PL_API void pl_model_free(pl_model *m) {
+    if (!m) return;
+    if (m->ctx) {
+        void *work = m->ctx->work;
+        m->ctx->work = NULL;
+        if (m->backend && m->backend->ctx_free) m->backend->ctx_free(m->ctx);
+        free(work);
+    }
+    pl_graph_free(&m->planned);
+    pl_graph_free(&m->graph);
+    free(m->kv_mem);
+    free(m->scratch);
+    free(m->k_cache);
+    free(m->v_cache);
+    free(m->in_ids);
+    free(m->in_pos);
+    free(m->in_seq);
+    free(m->in_out);
+    free(m->slot_used);
+    free(m->layers);
+    free(m->weights);
+    pl_vocab_free(m->vocab);
+    pl_gguf_close(m->gguf);
+    free(m->path);
+    free(m);
+}
+
+PL_API pl_memory_plan pl_model_memory_plan(const pl_model *m) { return m->plan; }
+PL_API int32_t pl_model_n_vocab(const pl_model *m) { return (int32_t)(m->vocab ? pl_vocab_n_tokens(m->vocab) : 0); }
+PL_API int32_t pl_model_n_ctx(const pl_model *m) { return m->n_ctx; }
+PL_API const char *pl_model_arch(const pl_model *m) { return m->arch_name; }
+PL_API const char *pl_model_device(const pl_model *m) { return m->backend ? m->backend->name : ""; }
+
+PL_API const char *pl_model_meta_str(const pl_model *m, const char *key) {
+    /* Strings in the mapping are not NUL-terminated; keep a small cache. */
+    static _Thread_local char buf[65536];
+    pl_gguf_str s;
+    if (pl_gguf_get_str(m->gguf, key, &s) != PL_OK || s.len >= sizeof buf) return NULL;
+    memcpy(buf, s.ptr, s.len);
+    buf[s.len] = 0;
+    return buf;
+}

@@ -1,0 +1,66 @@
+/* The loaded model: file, tokenizer, hyperparameters, weights, the device's
+ * planned memory (KV cache, scratch), and the backend context. */
+#ifndef PL_ENGINE_MODEL_H
+#define PL_ENGINE_MODEL_H
+#include "pocketllm.h"
+#include "gguf/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "graph/graph.h"
+#include "models/arch.h"
+
+typedef struct pl_hparams {
+    int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
+    int64_t n_head, n_head_kv, head_dim, n_rot;
+    float rms_eps, rope_base, rope_scale;
+} pl_hparams;
+
+typedef struct pl_layer_weights {
+    pl_tensor *attn_norm, *wq, *wk, *wv, *wo;
+    pl_tensor *bq, *bk, *bv;          /* optional (qwen2) */
+    pl_tensor *q_norm, *k_norm;       /* optional (qwen3) */
+    pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+} pl_layer_weights;
+
+struct pl_model {
+    char *path;
+    const char *file_name;           /* basename of path, for messages */
+    pl_gguf *gguf;
+    pl_vocab *vocab;
+    const pl_arch *arch;
+    char arch_name[64];
+    pl_hparams hp;
+
+    pl_tensor *weights;              /* one descriptor per GGUF tensor */
+    int64_t n_weights;
+    uint64_t weight_bytes;           /* of the tensors the graph uses */
+    pl_tensor *tok_embd, *output_norm, *output;
+    pl_layer_weights *layers;
+
+    const pl_backend *backend;
+    pl_exec_ctx *ctx;
+    int n_ctx, n_seq, n_batch, n_logits_max;
+    pl_dtype kv_dtype;
+    void *kv_mem;
+    pl_tensor *k_cache, *v_cache;    /* [n_layer], each [kv_dim, n_ctx, n_seq] */
+
+    pl_graph planned;                /* the largest graph, with the scratch plan */
+    pl_graph graph;                  /* rebuilt for every forward call */
+    void *scratch;
+    size_t scratch_size;
+    int32_t *in_ids, *in_pos, *in_seq, *in_out;   /* host inputs, n_batch each */
+    bool *slot_used;
+    pl_memory_plan plan;
+};
+
+/* Looks up a weight by name; NULL if absent. */
+pl_tensor *pl_model_weight(struct pl_model *m, const char *name);
+/* Binds a required/optional weight and checks its shape (n_dims, ne) and
+ * that its dtype is one of allowed (bit mask; 0 = any matmul-able dtype). */
+pl_status pl_model_bind(struct pl_model *m, pl_tensor **dst, bool required, uint64_t allowed,
+                        int n_dims, const int64_t *ne, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+/* Reads a "{arch}.<suffix>" integer / float hyperparameter. */
+pl_status pl_model_hp_int(struct pl_model *m, const char *suffix, bool required, int64_t def, int64_t *out);
+pl_status pl_model_hp_float(struct pl_model *m, const char *suffix, bool required, float def, float *out);
+
+#endif

@@ -1,0 +1,153 @@
+/*
+ * Host-side sampling. Greedy is argmax (lowest id wins a tie). Otherwise the
+ * chain is llama.cpp's: top-k -> top-p -> min-p -> temperature -> draw, where
+ * the draw consumes exactly one uniform value from a seeded xoshiro256**
+ * stream, so one seed reproduces one text.
+ */
+#include "core/status.h"
+#include "pocketllm.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cand { float logit; int32_t id; } cand;
+
+struct pl_sampler {
+    pl_sampler_params p;
+    int32_t n_vocab;
+    uint64_t s[4];
+    cand *c;
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(pl_sampler *s) {
+    uint64_t *st = s->s;
+    const uint64_t result = rotl(st[1] * 5, 7) * 9;
+    const uint64_t t = st[1] << 17;
+    st[2] ^= st[0]; st[3] ^= st[1]; st[1] ^= st[2]; st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double next_uniform(pl_sampler *s) { return (double)(next_u64(s) >> 11) * 0x1.0p-53; }
+
+PL_API pl_sampler_params pl_sampler_default_params(void) {
+    pl_sampler_params p = {0};
+    p.temperature = 0.0f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.seed = 0x5eed;
+    return p;
+}
+
+PL_API pl_status pl_sampler_create(const pl_sampler_params *p, int32_t n_vocab, pl_sampler **out) {
+    *out = NULL;
+    if (!p || n_vocab <= 0) return pl_errorf(PL_ERR_INVALID_ARG, "bad sampler parameters");
+    if (!isfinite(p->temperature) || !isfinite(p->top_p) || !isfinite(p->min_p) || p->top_p < 0 || p->min_p > 1)
+        return pl_errorf(PL_ERR_INVALID_ARG, "sampler parameters out of range");
+    pl_sampler *s = calloc(1, sizeof *s);
+    if (!s) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    s->c = malloc((size_t)n_vocab * sizeof *s->c);
+    if (!s->c) { free(s); return pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); }
+    s->p = *p;
+    s->n_vocab = n_vocab;
+    uint64_t x = p->seed;
+    for (int i = 0; i < 4; i++) s->s[i] = splitmix64(&x);
+    *out = s;
+    return PL_OK;
+}
+
+PL_API void pl_sampler_free(pl_sampler *s) {
+    if (!s) return;
+    free(s->c);
+    free(s);
+}
+
+static int cmp_cand_desc(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->logit != y->logit) return x->logit < y->logit ? 1 : -1;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Moves the k largest to the front (unordered), expected O(n). */
+static void select_top_k(cand *c, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        cand pivot = c[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cmp_cand_desc(&c[i], &pivot) < 0) i++;
+            while (cmp_cand_desc(&c[j], &pivot) > 0) j--;
+            if (i <= j) { cand t = c[i]; c[i] = c[j]; c[j] = t; i++; j--; }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+static int32_t argmax(const float *logits, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits) {
+    const pl_sampler_params *p = &s->p;
+    if (p->temperature <= 0.0f) return argmax(logits, s->n_vocab);
+
+    /* Candidates. Without top-k, tokens 40 nats below the best carry less
+     * than 1e-12 of the mass in total: dropping them avoids a full sort. */
+    float maxl = logits[argmax(logits, s->n_vocab)];
+    int n = 0;
+    for (int32_t i = 0; i < s->n_vocab; i++) {
+        if (isnan(logits[i])) continue;
+        if (p->top_k <= 0 && logits[i] < maxl - 40.0f) continue;
+        s->c[n++] = (cand){logits[i], i};
+    }
+    if (n == 0) return argmax(logits, s->n_vocab);
+    if (p->top_k > 0 && p->top_k < n) {
+        select_top_k(s->c, n, p->top_k);
+        n = p->top_k;
+    }
+    qsort(s->c, (size_t)n, sizeof *s->c, cmp_cand_desc);
+
+    /* top-p on the softmax at temperature 1. */
+    if (p->top_p < 1.0f) {
+        double z = 0;
+        for (int i = 0; i < n; i++) z += exp((double)s->c[i].logit - s->c[0].logit);
+        double cum = 0;
+        for (int i = 0; i < n; i++) {
+            cum += exp((double)s->c[i].logit - s->c[0].logit) / z;
+            if (cum >= p->top_p) { n = i + 1; break; }
+        }
+    }
+    /* min-p: keep p_i >= min_p * p_max. */
+    if (p->min_p > 0.0f) {
+        double cut = (double)s->c[0].logit + log((double)p->min_p);
+        int keep = 1;
+        while (keep < n && s->c[keep].logit >= cut) keep++;
+        n = keep;
+    }
+    /* Temperature, then one draw. */
+    double z = 0;
+    for (int i = 0; i < n; i++) z += exp(((double)s->c[i].logit - s->c[0].logit) / p->temperature);
+    double u = next_uniform(s) * z, cum = 0;
+    for (int i = 0; i < n; i++) {
+        cum += exp(((double)s->c[i].logit - s->c[0].logit) / p->temperature);
+        if (u < cum) return s->c[i].id;
+    }
+    return s->c[n - 1].id;
+}

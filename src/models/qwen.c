@@ -1,0 +1,156 @@
+/*
+ * Qwen3 and Qwen2 (dense). One builder: Qwen3 has per-head RMSNorm on Q and K
+ * and no projection biases; Qwen2/2.5 has Q/K/V biases and no Q/K norms.
+ *
+ * Shapes (E = n_embd, H = n_head, G = n_head_kv, D = head_dim, F = n_ff,
+ * V = n_vocab, n = tokens in the batch):
+ *   token_embd [E, V]      attn_q [E, H*D]   attn_k, attn_v [E, G*D]
+ *   attn_output [H*D, E]   attn_q_norm, attn_k_norm [D]
+ *   ffn_gate, ffn_up [E, F]   ffn_down [F, E]   output [E, V] (or tied)
+ */
+#include "engine/model.h"
+#include "core/status.h"
+#include <math.h>
+#include <stdio.h>
+
+#define NORM_MASK PL_DTMASK(PL_F32)
+
+static const char *const qwen_keys[] = {
+    "{arch}.context_length", "{arch}.embedding_length", "{arch}.block_count",
+    "{arch}.feed_forward_length", "{arch}.attention.head_count",
+    "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
+    "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
+    "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor", NULL};
+
+static pl_status qwen_load_common(pl_model *m, bool qk_norm, bool qkv_bias) {
+    pl_hparams *hp = &m->hp;
+    PL_TRY(pl_model_hp_int(m, "context_length", false, 4096, &hp->n_ctx_train));
+    PL_TRY(pl_model_hp_int(m, "embedding_length", true, 0, &hp->n_embd));
+    PL_TRY(pl_model_hp_int(m, "block_count", true, 0, &hp->n_layer));
+    PL_TRY(pl_model_hp_int(m, "feed_forward_length", true, 0, &hp->n_ff));
+    PL_TRY(pl_model_hp_int(m, "attention.head_count", true, 0, &hp->n_head));
+    PL_TRY(pl_model_hp_int(m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv));
+    if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
+        hp->n_embd > (1 << 20) || hp->n_ff > (1 << 22) || hp->n_layer > 4096 || hp->n_head > 4096)
+        return pl_errorf(PL_ERR_FORMAT, "%s: implausible hyperparameters (n_embd %lld, n_layer %lld, n_ff %lld, n_head %lld)",
+                         m->file_name, (long long)hp->n_embd, (long long)hp->n_layer, (long long)hp->n_ff,
+                         (long long)hp->n_head);
+    if (hp->n_head % hp->n_head_kv)
+        return pl_errorf(PL_ERR_FORMAT, "%s: head_count %lld is not a multiple of head_count_kv %lld",
+                         m->file_name, (long long)hp->n_head, (long long)hp->n_head_kv);
+    int64_t def_hd = hp->n_embd / hp->n_head;
+    PL_TRY(pl_model_hp_int(m, "attention.key_length", false, def_hd, &hp->head_dim));
+    int64_t vlen;
+    PL_TRY(pl_model_hp_int(m, "attention.value_length", false, hp->head_dim, &vlen));
+    if (hp->head_dim <= 0 || hp->head_dim > 1024 || hp->head_dim % 2 || vlen != hp->head_dim)
+        return pl_errorf(PL_ERR_FORMAT, "%s: unsupported head size (key_length %lld, value_length %lld)",
+                         m->file_name, (long long)hp->head_dim, (long long)vlen);
+    PL_TRY(pl_model_hp_int(m, "rope.dimension_count", false, hp->head_dim, &hp->n_rot));
+    if (hp->n_rot <= 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return pl_errorf(PL_ERR_FORMAT, "%s: bad rope.dimension_count %lld", m->file_name, (long long)hp->n_rot);
+    PL_TRY(pl_model_hp_float(m, "attention.layer_norm_rms_epsilon", false, 1e-6f, &hp->rms_eps));
+    PL_TRY(pl_model_hp_float(m, "rope.freq_base", false, 10000.0f, &hp->rope_base));
+    float scale_factor;
+    PL_TRY(pl_model_hp_float(m, "rope.scaling.factor", false, 1.0f, &scale_factor));
+    hp->rope_scale = scale_factor > 0 ? 1.0f / scale_factor : 1.0f;
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 0) || !isfinite(hp->rope_base))
+        return pl_errorf(PL_ERR_FORMAT, "%s: bad rms epsilon or rope base", m->file_name);
+
+    const int64_t E = hp->n_embd, H = hp->n_head, G = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    const int64_t V = hp->n_vocab;
+    PL_TRY(pl_model_bind(m, &m->tok_embd, true, 0, 2, (int64_t[]){E, V}, "token_embd.weight"));
+    PL_TRY(pl_model_bind(m, &m->output_norm, true, NORM_MASK, 1, (int64_t[]){E}, "output_norm.weight"));
+    PL_TRY(pl_model_bind(m, &m->output, false, 0, 2, (int64_t[]){E, V}, "output.weight"));
+    if (!m->output) m->output = m->tok_embd; /* tied embeddings */
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        pl_layer_weights *L = &m->layers[l];
+        int li = (int)l;
+        PL_TRY(pl_model_bind(m, &L->attn_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.attn_norm.weight", li));
+        PL_TRY(pl_model_bind(m, &L->wq, true, 0, 2, (int64_t[]){E, H * D}, "blk.%d.attn_q.weight", li));
+        PL_TRY(pl_model_bind(m, &L->wk, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_k.weight", li));
+        PL_TRY(pl_model_bind(m, &L->wv, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_v.weight", li));
+        PL_TRY(pl_model_bind(m, &L->wo, true, 0, 2, (int64_t[]){H * D, E}, "blk.%d.attn_output.weight", li));
+        if (qkv_bias) {
+            PL_TRY(pl_model_bind(m, &L->bq, true, NORM_MASK, 1, (int64_t[]){H * D}, "blk.%d.attn_q.bias", li));
+            PL_TRY(pl_model_bind(m, &L->bk, true, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_k.bias", li));
+            PL_TRY(pl_model_bind(m, &L->bv, true, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_v.bias", li));
+        }
+        if (qk_norm) {
+            PL_TRY(pl_model_bind(m, &L->q_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_q_norm.weight", li));
+            PL_TRY(pl_model_bind(m, &L->k_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_k_norm.weight", li));
+        }
+        PL_TRY(pl_model_bind(m, &L->ffn_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.ffn_norm.weight", li));
+        PL_TRY(pl_model_bind(m, &L->ffn_gate, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_gate.weight", li));
+        PL_TRY(pl_model_bind(m, &L->ffn_up, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_up.weight", li));
+        PL_TRY(pl_model_bind(m, &L->ffn_down, true, 0, 2, (int64_t[]){F, E}, "blk.%d.ffn_down.weight", li));
+    }
+    return PL_OK;
+}
+
+static pl_status qwen3_load(pl_model *m) { return qwen_load_common(m, true, false); }
+static pl_status qwen2_load(pl_model *m) { return qwen_load_common(m, false, true); }
+
+static void qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
+    *n_tensors = (int)m->hp.n_layer * 64 + 64;
+    *n_nodes = (int)m->hp.n_layer * 32 + 32;
+}
+
+#define W(t) pl_graph_external(g, (t))
+
+static pl_tensor *qwen_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
+    const pl_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, G = hp->n_head_kv, D = hp->head_dim;
+    const int64_t n = in->ids->ne[0];
+    const float eps = hp->rms_eps;
+    const float kq_scale = 1.0f / sqrtf((float)D);
+    const int rope_neox = 2;
+
+    pl_tensor *x = pl_op_get_rows(g, W(m->tok_embd), in->ids);           /* [E, n] */
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const pl_layer_weights *L = &m->layers[l];
+        pl_tensor *h = pl_op_rms_norm(g, x, W(L->attn_norm), eps);        /* [E, n] */
+        pl_tensor *q = pl_op_matmul(g, W(L->wq), h);                       /* [H*D, n] */
+        pl_tensor *k = pl_op_matmul(g, W(L->wk), h);                       /* [G*D, n] */
+        pl_tensor *v = pl_op_matmul(g, W(L->wv), h);                       /* [G*D, n] */
+        if (L->bq) {
+            q = pl_op_add(g, q, W(L->bq));
+            k = pl_op_add(g, k, W(L->bk));
+            v = pl_op_add(g, v, W(L->bv));
+        }
+        if (L->q_norm) {
+            /* Per-head RMSNorm: rows of D elements. */
+            q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->q_norm), eps);
+            k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->k_norm), eps);
+        }
+        q = pl_op_rope(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, (int)hp->n_rot, rope_neox,
+                       hp->rope_base, hp->rope_scale);                      /* [D, H, n] */
+        k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, rope_neox,
+                       hp->rope_base, hp->rope_scale);                      /* [D, G, n] */
+        pl_tensor *kc = W(&m->k_cache[l]), *vc = W(&m->v_cache[l]);
+        pl_op_kv_store(g, pl_graph_reshape(g, k, 2, (int64_t[]){G * D, n}), in->pos, in->seq, kc);
+        pl_op_kv_store(g, v, in->pos, in->seq, vc);
+        pl_tensor *a = pl_op_attention(g, q, kc, vc, in->pos, in->seq, (int)G, kq_scale); /* [H*D, n] */
+        pl_tensor *o = pl_op_matmul(g, W(L->wo), a);                       /* [E, n] */
+        if (l == hp->n_layer - 1) {
+            /* Only the rows whose logits are wanted go on past attention. */
+            o = pl_op_get_rows(g, o, in->out_idx);                         /* [E, n_out] */
+            x = pl_op_get_rows(g, x, in->out_idx);
+        }
+        x = pl_op_add(g, x, o);
+        h = pl_op_rms_norm(g, x, W(L->ffn_norm), eps);
+        pl_tensor *gate = pl_op_matmul(g, W(L->ffn_gate), h);              /* [F, n] */
+        pl_tensor *up = pl_op_matmul(g, W(L->ffn_up), h);                  /* [F, n] */
+        pl_tensor *d = pl_op_matmul(g, W(L->ffn_down), pl_op_swiglu(g, gate, up)); /* [E, n] */
+        x = pl_op_add(g, x, d);
+    }
+    (void)E;
+    x = pl_op_rms_norm(g, x, W(m->output_norm), eps);
+    pl_tensor *logits = pl_op_matmul(g, W(m->output), x);                 /* [V, n_out] */
+    pl_graph_keep(g, logits);
+    return logits;
+}
+
+const pl_arch pl_arch_qwen3 = {"qwen3", "Qwen3 dense (per-head Q/K RMSNorm, GQA, SwiGLU, NeoX RoPE)",
+                               qwen_keys, qwen3_load, qwen_build, qwen_capacity};
+const pl_arch pl_arch_qwen2 = {"qwen2", "Qwen2 / Qwen2.5 dense (Q/K/V biases, GQA, SwiGLU, NeoX RoPE)",
+                               qwen_keys, qwen2_load, qwen_build, qwen_capacity};

@@ -1,0 +1,14 @@
+#include "models/arch.h"
+#include <string.h>
+
+extern const pl_arch pl_arch_qwen3, pl_arch_qwen2;
+
+static const pl_arch *const pl_arch_list[] = {&pl_arch_qwen3, &pl_arch_qwen2, NULL};
+
+const pl_arch *const *pl_archs(void) { return pl_arch_list; }
+
+const pl_arch *pl_arch_find(const char *name) {
+    for (int i = 0; pl_arch_list[i]; i++)
+        if (!strcmp(pl_arch_list[i]->name, name)) return pl_arch_list[i];
+    return NULL;
+}

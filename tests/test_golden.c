@@ -1,0 +1,146 @@
+/*
+ * End-to-end golden test: every fixture model, on every backend, against
+ * llama.cpp's greedy tokens and top-20 logits, by the rule of
+ * tests/fixtures/PROVENANCE.md ("How to compare"):
+ *  - at every step whose golden margin >= M the greedy token must match;
+ *  - a mismatch below M means the sequences legitimately parted: stop there;
+ *  - up to that point the logits of the golden top-20 ids are within tol.
+ * Prints per-fixture agreement figures (steps compared, max logit diff).
+ */
+#include "testutil.h"
+#include "pocketllm.h"
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fixture {
+    const char *name;
+    float margin;     /* M */
+    float tol;        /* max |logit - golden| over the top-20 */
+} fixture;
+
+static const fixture fixtures[] = {
+    {"tiny-qwen3-f32", 0.1f, 0.1f},
+    {"tiny-qwen3-f16", 0.1f, 0.1f},
+    {"tiny-qwen3-bf16", 0.5f, 0.25f},
+    {"tiny-qwen3-q8_0", 1.0f, 1.0f},
+    {"tiny-qwen3-q6_k", 1.0f, 1.0f},
+    {"tiny-qwen3-q4_k_m", 1.0f, 1.0f},
+    {"tiny-qwen3-untied-f16", 0.1f, 0.1f},
+    {"tiny-qwen3-untied-q4_k_m", 1.0f, 1.0f},
+    {"tiny-qwen2-f16", 0.1f, 0.1f},
+    {"tiny-qwen2-q4_k_m", 1.0f, 1.0f},
+};
+
+static int argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
+static void run_fixture(const fixture *fx, const char *device) {
+    char path[512], gpath[512];
+    snprintf(path, sizeof path, "%s", pl_fixture("models/"));
+    strncat(path, fx->name, sizeof path - strlen(path) - 8);
+    strcat(path, ".gguf");
+    snprintf(gpath, sizeof gpath, "%s", pl_fixture("golden/"));
+    strncat(gpath, fx->name, sizeof gpath - strlen(gpath) - 8);
+    strcat(gpath, ".json");
+
+    json_error_t jerr;
+    json_t *root = json_load_file(gpath, 0, &jerr);
+    CHECK(root != NULL, "%s: cannot parse golden file: %s", gpath, jerr.text);
+    if (!root) return;
+
+    pl_model_params mp = pl_model_default_params();
+    mp.device = device;
+    mp.n_ctx = 512;
+    mp.n_threads = 2;
+    pl_model *m = NULL;
+    pl_status st = pl_model_load(path, &mp, &m);
+    CHECK(st == PL_OK, "%s on %s: load failed: %s", fx->name, device, pl_last_error());
+    if (st != PL_OK) { json_decref(root); return; }
+
+    const int n_vocab = pl_model_n_vocab(m);
+    CHECK(n_vocab == json_integer_value(json_object_get(root, "n_vocab")), "%s: n_vocab", fx->name);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    int steps_compared = 0, decisive = 0, parted = 0, fails = 0;
+    double max_diff = 0;
+    size_t ci;
+    json_t *cs;
+    json_array_foreach(json_object_get(root, "cases"), ci, cs) {
+        const char *prompt = json_string_value(json_object_get(cs, "prompt"));
+        json_t *gtok = json_object_get(cs, "tokens");
+        int32_t *ids;
+        size_t n;
+        st = pl_tokenize(m, prompt, strlen(prompt), true, NULL, &ids, &n);
+        CHECK(st == PL_OK, "tokenize: %s", pl_last_error());
+        if (st != PL_OK) continue;
+        bool same = n == json_array_size(gtok);
+        for (size_t i = 0; same && i < n; i++) same = ids[i] == json_integer_value(json_array_get(gtok, i));
+        CHECK(same, "%s: prompt tokens differ for case %zu", fx->name, ci);
+
+        pl_session *s = NULL;
+        st = pl_session_create(m, &s);
+        CHECK(st == PL_OK, "session: %s", pl_last_error());
+        if (st != PL_OK) { pl_free(ids); continue; }
+        st = pl_session_eval(s, ids, n, logits);
+        CHECK(st == PL_OK, "eval: %s", pl_last_error());
+        json_t *greedy = json_object_get(cs, "greedy");
+        json_t *steps = json_object_get(cs, "steps");
+        for (size_t k = 0; st == PL_OK && k < json_array_size(greedy); k++) {
+            json_t *step = json_array_get(steps, k);
+            double margin = json_real_value(json_object_get(step, "margin"));
+            int want = (int)json_integer_value(json_array_get(greedy, k));
+            int got = argmax(logits, n_vocab);
+            bool nan = false;
+            size_t ti;
+            json_t *pair;
+            double step_diff = 0;
+            json_array_foreach(json_object_get(step, "top"), ti, pair) {
+                int id = (int)json_integer_value(json_array_get(pair, 0));
+                double gl = json_number_value(json_array_get(pair, 1));
+                double d = fabs((double)logits[id] - gl);
+                if (isnan(logits[id])) nan = true;
+                if (d > step_diff) step_diff = d;
+            }
+            steps_compared++;
+            if (step_diff > max_diff) max_diff = step_diff;
+            CHECK(!nan && step_diff <= fx->tol, "%s/%s case %zu step %zu: logit diff %.4f > %.2f", fx->name,
+                  device, ci, k, step_diff, fx->tol);
+            if (margin >= fx->margin) {
+                decisive++;
+                CHECK(got == want, "%s/%s case %zu step %zu: token %d, golden %d (margin %.3f)", fx->name, device,
+                      ci, k, got, want, margin);
+                if (got != want) { fails++; break; }
+            } else if (got != want) {
+                parted++;
+                break;
+            }
+            int32_t next = got;
+            st = pl_session_eval(s, &next, 1, logits);
+            CHECK(st == PL_OK, "eval: %s", pl_last_error());
+        }
+        pl_session_free(s);
+        pl_free(ids);
+    }
+    printf("%-26s %-4s steps %3d  decisive %3d  parted %d  token mismatches %d  max |dlogit| %.4f\n", fx->name,
+           device, steps_compared, decisive, parted, fails, max_diff);
+    free(logits);
+    pl_model_free(m);
+    json_decref(root);
+}
+
+int main(int argc, char **argv) {
+    const char *devs_env = getenv("PL_GOLDEN_DEVICES");
+    char devs[256];
+    snprintf(devs, sizeof devs, "%s", devs_env ? devs_env : "ref,cpu");
+    const char *only = argc > 1 ? argv[1] : NULL;
+    char *save = NULL;
+    for (char *d = strtok_r(devs, ",", &save); d; d = strtok_r(NULL, ",", &save))
+        for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
+            if (!only || strstr(fixtures[i].name, only)) run_fixture(&fixtures[i], d);
+    return pl_test_summary("test_golden");
+}

@@ -1,0 +1,191 @@
+/* pocketllm run: prompt in, generated text out (streamed or as JSON). */
+#include "cli.h"
+#include "pocketllm.h"
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static const char *run_usage =
+    "usage: pocketllm run --model M --prompt P [options]\n"
+    "  --max-tokens N        tokens to generate (default 128)\n"
+    "  --temperature T       0 = greedy (default); > 0 samples\n"
+    "  --top-k K --top-p P --min-p P   sampling filters (defaults 40, 0.95, 0.05)\n"
+    "  --seed S              RNG seed (default 0x5eed)\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  --device ref|cpu      backend (default cpu)\n"
+    "  --ctx N               context length (default min(model, 4096))\n"
+    "  --no-parse-special    treat special-token text in the prompt as plain text\n"
+    "  --json                print one JSON object instead of streaming text\n";
+
+typedef struct out_buf { char *p; size_t n, cap; } out_buf;
+
+static int buf_add(out_buf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) return -1;
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return 0;
+}
+
+/* Bytes of b that end on a complete UTF-8 sequence boundary (streaming must
+ * never split a character); invalid bytes are not held back. */
+static size_t utf8_flushable(const char *s, size_t n) {
+    size_t i = n, back = 0;
+    while (i > 0 && back < 4) {
+        unsigned char c = (unsigned char)s[i - 1];
+        if ((c & 0xC0) != 0x80) {
+            size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 1;
+            return (need > back + 1) ? i - 1 : n;
+        }
+        i--;
+        back++;
+    }
+    return n;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL, *device = "cpu", *v;
+    long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
+    double temp = 0, top_p = 0.95, min_p = 0.05;
+    bool parse_special = true, json = false, bad = false;
+    for (int i = 1; i < argc && !bad; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(run_usage, stdout); return 0; }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--no-parse-special")) parse_special = false;
+        else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--prompt", &prompt, &bad) || pl_cli_opt(argc, argv, &i, "-p", &prompt, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--max-tokens", &v, &bad) || pl_cli_opt(argc, argv, &i, "-n", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1 << 24, &max_tokens)) return pl_cli_error("bad --max-tokens '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad) || pl_cli_opt(argc, argv, &i, "-t", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--ctx", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 1, 1 << 24, &ctx)) return pl_cli_error("bad --ctx '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--top-k", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1 << 30, &top_k)) return pl_cli_error("bad --top-k '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--temperature", &v, &bad) || pl_cli_opt(argc, argv, &i, "--temp", &v, &bad)) {
+            if (!bad && (!pl_cli_parse_float(v, &temp) || temp < 0)) return pl_cli_error("bad --temperature '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--top-p", &v, &bad)) {
+            if (!bad && (!pl_cli_parse_float(v, &top_p) || top_p < 0 || top_p > 1)) return pl_cli_error("bad --top-p '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--min-p", &v, &bad)) {
+            if (!bad && (!pl_cli_parse_float(v, &min_p) || min_p < 0 || min_p > 1)) return pl_cli_error("bad --min-p '%s'", v);
+        } else return pl_cli_error("run: unknown option '%s' (see 'pocketllm run --help')", a);
+    }
+    if (bad) return 1;
+    if (!model_path) return pl_cli_error("run: --model is required");
+    if (!prompt) return pl_cli_error("run: --prompt is required");
+
+    double t0 = now_ms();
+    if (!json) fprintf(stderr, "loading %s ...", model_path);
+    pl_model_params mp = pl_model_default_params();
+    mp.device = device;
+    mp.n_threads = (int)threads;
+    mp.n_ctx = (int)ctx;
+    pl_model *model = NULL;
+    if (pl_model_load(model_path, &mp, &model) != PL_OK) {
+        if (!json) fputc('\n', stderr);
+        return pl_cli_error("%s", pl_last_error());
+    }
+    double load_ms = now_ms() - t0;
+    if (!json) fprintf(stderr, " done (%.0f ms, %s, device %s)\n", load_ms, pl_model_arch(model), pl_model_device(model));
+
+    int rc = 0;
+    int32_t *ids = NULL, *gen = NULL;
+    size_t n_ids = 0, n_gen = 0;
+    float *logits = NULL;
+    pl_session *sess = NULL;
+    pl_sampler *smp = NULL;
+    out_buf text = {0};
+    const char *finish = "length";
+    double prefill_ms = 0, decode_ms = 0;
+    const int32_t n_vocab = pl_model_n_vocab(model);
+
+    if (pl_tokenize(model, prompt, strlen(prompt), parse_special, NULL, &ids, &n_ids) != PL_OK) {
+        rc = pl_cli_error("%s", pl_last_error());
+        goto done;
+    }
+    if (n_ids == 0) { rc = pl_cli_error("run: the prompt is empty"); goto done; }
+    if (n_ids + (size_t)max_tokens > (size_t)pl_model_n_ctx(model) && n_ids > (size_t)pl_model_n_ctx(model)) {
+        rc = pl_cli_error("run: the prompt has %zu tokens but the context holds %d", n_ids, pl_model_n_ctx(model));
+        goto done;
+    }
+    pl_sampler_params sp = pl_sampler_default_params();
+    sp.temperature = (float)temp;
+    sp.top_k = (int32_t)top_k;
+    sp.top_p = (float)top_p;
+    sp.min_p = (float)min_p;
+    sp.seed = (uint64_t)seed;
+    logits = malloc((size_t)n_vocab * sizeof *logits);
+    gen = malloc(((size_t)max_tokens + 1) * sizeof *gen);
+    if (!logits || !gen || pl_session_create(model, &sess) != PL_OK || pl_sampler_create(&sp, n_vocab, &smp) != PL_OK) {
+        rc = pl_cli_error("%s", *pl_last_error() ? pl_last_error() : "out of memory");
+        goto done;
+    }
+    double t1 = now_ms();
+    if (pl_session_eval(sess, ids, n_ids, logits) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+    prefill_ms = now_ms() - t1;
+
+    size_t flushed = 0;
+    double t2 = now_ms();
+    for (long long step = 0; step < max_tokens; step++) {
+        int32_t tok = pl_sampler_sample(smp, logits);
+        gen[n_gen++] = tok;
+        if (pl_token_is_eog(model, tok)) { finish = "stop"; break; }
+        char piece[256];
+        size_t len = 0;
+        if (pl_token_to_piece(model, tok, false, piece, sizeof piece, &len) == PL_OK) buf_add(&text, piece, len);
+        if (!json) {
+            size_t ok = utf8_flushable(text.p, text.n);
+            if (ok > flushed) { fwrite(text.p + flushed, 1, ok - flushed, stdout); fflush(stdout); flushed = ok; }
+        }
+        if (step + 1 == max_tokens) break;
+        if (pl_session_pos(sess) >= pl_model_n_ctx(model)) { finish = "length"; break; }
+        if (pl_session_eval(sess, &tok, 1, logits) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+    }
+    decode_ms = now_ms() - t2;
+    if (!json) {
+        if (text.n > flushed) fwrite(text.p + flushed, 1, text.n - flushed, stdout);
+        fputc('\n', stdout);
+        fprintf(stderr, "prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s\n", n_ids,
+                prefill_ms > 0 ? n_ids * 1e3 / prefill_ms : 0.0, n_gen,
+                decode_ms > 0 && n_gen > 1 ? (n_gen - 1) * 1e3 / decode_ms : 0.0, finish);
+    } else {
+        printf("{\"prompt_tokens\": [");
+        for (size_t i = 0; i < n_ids; i++) printf("%s%d", i ? ", " : "", ids[i]);
+        printf("], \"tokens\": [");
+        for (size_t i = 0; i < n_gen; i++) printf("%s%d", i ? ", " : "", gen[i]);
+        printf("], \"text\": ");
+        pl_cli_json_string(stdout, text.p ? text.p : "", text.n);
+        printf(", \"finish_reason\": \"%s\", \"timings\": {\"load_ms\": %.3f, \"prefill_ms\": %.3f, "
+               "\"prefill_tok_s\": %.3f, \"decode_ms\": %.3f, \"decode_tok_s\": %.3f}}\n",
+               finish, load_ms, prefill_ms, prefill_ms > 0 ? n_ids * 1e3 / prefill_ms : 0.0, decode_ms,
+               decode_ms > 0 && n_gen > 1 ? (n_gen - 1) * 1e3 / decode_ms : 0.0);
+    }
+done:
+    free(text.p);
+    free(gen);
+    free(logits);
+    pl_free(ids);
+    pl_sampler_free(smp);
+    pl_session_free(sess);
+    pl_model_free(model);
+    return rc;
+}
+
+PL_CLI_COMMAND(pl_cmd_run, "run", "generate text from a prompt", cmd_run)
