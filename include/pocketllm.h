@@ -74,6 +74,11 @@ typedef struct pl_memory_plan {
 PL_API pl_memory_plan pl_model_memory_plan(const pl_model *model);
 
 PL_API int32_t pl_model_n_vocab(const pl_model *model);
+/* Elements and bytes of the weights the forward pass reads. */
+PL_API uint64_t pl_model_n_params(const pl_model *model);
+PL_API uint64_t pl_model_weight_bytes(const pl_model *model);
+/* The number of threads the backend runs with. */
+PL_API int pl_model_n_threads(const pl_model *model);
 PL_API int32_t pl_model_n_ctx(const pl_model *model);
 PL_API const char *pl_model_arch(const pl_model *model);
 PL_API const char *pl_model_device(const pl_model *model);

@@ -14,9 +14,15 @@ pl_status pl_errorf(pl_status st, const char *fmt, ...) {
 }
 
 pl_status pl_error_prefix(pl_status st, const char *prefix) {
-    char tmp[sizeof pl_err_msg];
-    snprintf(tmp, sizeof tmp, "%s: %s", prefix, pl_err_msg);
-    memcpy(pl_err_msg, tmp, sizeof tmp);
+    size_t plen = strlen(prefix) + 2, cap = sizeof pl_err_msg;
+    if (plen >= cap) return st;
+    size_t mlen = strnlen(pl_err_msg, cap - 1);
+    if (mlen + plen >= cap) mlen = cap - 1 - plen;
+    memmove(pl_err_msg + plen, pl_err_msg, mlen);
+    pl_err_msg[plen + mlen] = 0;
+    memcpy(pl_err_msg, prefix, plen - 2);
+    pl_err_msg[plen - 2] = ':';
+    pl_err_msg[plen - 1] = ' ';
     return st;
 }
 

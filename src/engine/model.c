@@ -58,6 +58,7 @@ pl_status pl_model_bind(pl_model *m, pl_tensor **dst, bool required, uint64_t al
         return pl_errorf(PL_ERR_UNSUPPORTED, "%s: tensor '%s' has type %s, which backend '%s' cannot run",
                          m->file_name, name, pl_dtype_name(t->dtype), m->backend->name);
     m->weight_bytes += pl_tensor_nbytes(t);
+    m->n_params += (uint64_t)pl_tensor_nelements(t);
     *dst = t;
     return PL_OK;
 }
@@ -296,6 +297,9 @@ PL_API void pl_model_free(pl_model *m) {
 
 PL_API pl_memory_plan pl_model_memory_plan(const pl_model *m) { return m->plan; }
 PL_API int32_t pl_model_n_vocab(const pl_model *m) { return (int32_t)(m->vocab ? pl_vocab_n_tokens(m->vocab) : 0); }
+PL_API uint64_t pl_model_n_params(const pl_model *m) { return m->n_params; }
+PL_API uint64_t pl_model_weight_bytes(const pl_model *m) { return m->weight_bytes; }
+PL_API int pl_model_n_threads(const pl_model *m) { return m->ctx ? m->ctx->n_threads : 0; }
 PL_API int32_t pl_model_n_ctx(const pl_model *m) { return m->n_ctx; }
 PL_API const char *pl_model_arch(const pl_model *m) { return m->arch_name; }
 PL_API const char *pl_model_device(const pl_model *m) { return m->backend ? m->backend->name : ""; }

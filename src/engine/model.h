@@ -33,6 +33,7 @@ struct pl_model {
     pl_tensor *weights;              /* one descriptor per GGUF tensor */
     int64_t n_weights;
     uint64_t weight_bytes;           /* of the tensors the graph uses */
+    uint64_t n_params;               /* their elements */
     pl_tensor *tok_embd, *output_norm, *output;
     pl_layer_weights *layers;
 

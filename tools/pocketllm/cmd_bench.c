@@ -1,0 +1,152 @@
+/*
+ * pocketllm bench: llama-bench semantics.
+ *   ppP: one batch of P prompt tokens from an empty cache, logits for the last;
+ *   tgN: N single-token decode steps from an empty cache, no sampling.
+ * Each test runs once to warm up, then r times; mean and stddev of tok/s.
+ * Decode also reports achieved GB/s (weight bytes + KV bytes read per token),
+ * prefill GFLOP/s (2 * params per token + attention).
+ */
+#include "cli.h"
+#include "pocketllm.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+typedef struct bench_result {
+    char test[32];
+    double mean, std, rate; /* tok/s mean, stddev, GB/s or GFLOP/s */
+    bool is_pp;
+} bench_result;
+
+/* Fresh sequence in slot 0: positions restart at 0, so the cache is "empty". */
+static pl_status run_pp(pl_model *m, int n, const int32_t *toks, float *logits) {
+    int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
+    bool *want = calloc((size_t)n, sizeof *want);
+    if (!pos || !seq || !want) { free(pos); free(seq); free(want); return PL_ERR_NO_MEMORY; }
+    for (int i = 0; i < n; i++) pos[i] = i;
+    want[n - 1] = true;
+    pl_batch b = {n, toks, pos, seq, want};
+    pl_status st = pl_model_forward(m, &b, logits);
+    free(pos); free(seq); free(want);
+    return st;
+}
+
+static pl_status run_tg(pl_model *m, int n, const int32_t *toks, float *logits) {
+    for (int i = 0; i < n; i++) {
+        int32_t pos = i, seq = 0;
+        bool want = true;
+        pl_batch b = {1, &toks[i], &pos, &seq, &want};
+        pl_status st = pl_model_forward(m, &b, logits);
+        if (st != PL_OK) return st;
+    }
+    return PL_OK;
+}
+
+static int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL, *device = "cpu", *v;
+    long long p = 512, n = 128, r = 5, threads = 0;
+    bool json = false, bad = false;
+    for (int i = 1; i < argc && !bad; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            puts("usage: pocketllm bench --model M [-p 512] [-n 128] [-r 5] [--threads N] [--device D] [--json]\n"
+                 "  -p 0 or -n 0 skips that test.");
+            return 0;
+        } else if (!strcmp(a, "--json")) json = true;
+        else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "-p", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &p)) return pl_cli_error("bad -p '%s'", v); }
+        else if (pl_cli_opt(argc, argv, &i, "-n", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &n)) return pl_cli_error("bad -n '%s'", v); }
+        else if (pl_cli_opt(argc, argv, &i, "-r", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 1, 1000, &r)) return pl_cli_error("bad -r '%s'", v); }
+        else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad) || pl_cli_opt(argc, argv, &i, "-t", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
+        } else return pl_cli_error("bench: unknown option '%s'", a);
+    }
+    if (bad) return 1;
+    if (!model_path) return pl_cli_error("bench: --model is required");
+
+    pl_model_params mp = pl_model_default_params();
+    mp.device = device;
+    mp.n_threads = (int)threads;
+    mp.n_ctx = (int)(p + n > 0 ? p + n : 512);
+    mp.n_batch = (int)(p > 0 ? p : 1);
+    pl_model *m = NULL;
+    if (pl_model_load(model_path, &mp, &m) != PL_OK) return pl_cli_error("%s", pl_last_error());
+
+    const int32_t n_vocab = pl_model_n_vocab(m);
+    float *logits = malloc((size_t)n_vocab * sizeof *logits);
+    int32_t *toks = malloc((size_t)(p > n ? p : n) * sizeof *toks + sizeof *toks);
+    srand(42);
+    for (long long i = 0; i < (p > n ? p : n); i++) toks[i] = rand() % n_vocab;
+    const double params = (double)pl_model_n_params(m);
+    const double wbytes = (double)pl_model_weight_bytes(m);
+    const pl_memory_plan plan = pl_model_memory_plan(m);
+    const double kv_bytes_per_pos = (double)plan.kv_cache / (double)pl_model_n_ctx(m);
+
+    bench_result res[2];
+    int n_res = 0;
+    for (int t = 0; t < 2; t++) {
+        long long cnt = t == 0 ? p : n;
+        if (cnt <= 0) continue;
+        bench_result *br = &res[n_res++];
+        br->is_pp = t == 0;
+        snprintf(br->test, sizeof br->test, "%s%lld", t == 0 ? "pp" : "tg", cnt);
+        double sum = 0, sum2 = 0;
+        for (long long rep = -1; rep < r; rep++) {
+            double t0 = now_s();
+            pl_status st = t == 0 ? run_pp(m, (int)cnt, toks, logits) : run_tg(m, (int)cnt, toks, logits);
+            double dt = now_s() - t0;
+            if (st != PL_OK) {
+                int rc = pl_cli_error("%s", pl_last_error());
+                free(logits); free(toks); pl_model_free(m);
+                return rc;
+            }
+            if (rep < 0) continue; /* warm-up */
+            double ts = cnt / dt;
+            sum += ts;
+            sum2 += ts * ts;
+        }
+        br->mean = sum / r;
+        br->std = r > 1 ? sqrt(fmax(0, (sum2 - sum * sum / r) / (r - 1))) : 0;
+        if (br->is_pp) {
+            /* 2 flops per weight per token; attention adds ~2*ctx*kv terms, small here. */
+            br->rate = br->mean * 2.0 * params / 1e9;
+        } else {
+            /* Each step reads all weights plus the cache so far (average n/2 rows). */
+            double bytes = wbytes + kv_bytes_per_pos * (double)cnt / 2.0;
+            br->rate = br->mean * bytes / 1e9;
+        }
+    }
+
+    const char *name = strrchr(model_path, '/');
+    name = name ? name + 1 : model_path;
+    if (json) {
+        printf("[");
+        for (int i = 0; i < n_res; i++)
+            printf("%s\n  {\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"tok_s\": %.3f, "
+                   "\"tok_s_std\": %.3f, \"%s\": %.3f, \"model_bytes\": %.0f, \"params\": %.0f}",
+                   i ? "," : "", name, pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
+                   res[i].is_pp ? "gflop_s" : "gb_s", res[i].rate, wbytes, params);
+        printf("\n]\n");
+    } else {
+        printf("| model | size | params | backend | threads | test | t/s | GB/s or GFLOP/s |\n");
+        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+        for (int i = 0; i < n_res; i++)
+            printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %.1f %s |\n", name, wbytes / 1073741824.0,
+                   params / 1e9, pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
+                   res[i].rate, res[i].is_pp ? "GFLOP/s" : "GB/s");
+    }
+    free(logits);
+    free(toks);
+    pl_model_free(m);
+    return 0;
+}
+
+PL_CLI_COMMAND(pl_cmd_bench, "bench", "measure prefill and decode speed (llama-bench semantics)", cmd_bench)
