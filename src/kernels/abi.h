@@ -156,6 +156,13 @@ typedef struct pl_backend {
     size_t n_kernels;
     pl_status (*ctx_create)(int n_threads, pl_exec_ctx **out);
     void (*ctx_free)(pl_exec_ctx *ctx);
+    /* Introspection. awaits: NULL for an implemented backend; for a declared
+     * one, the runtime it waits for. probe: is the device on this machine?
+     * Writes a short detail ("avx2 fma f16c", "no /dev/nvidia0"). It may only
+     * look at the filesystem or CPUID: it loads no library and starts no
+     * driver. NULL = always available (host memory). */
+    const char *awaits;
+    bool (*probe)(char *detail, size_t cap);
 } pl_backend;
 
 /* All compiled-in backends, in preference order (NULL-terminated). */
