@@ -31,11 +31,18 @@
 #define PL_CPU_RELAX() ((void)0)
 #endif
 
-/* How long a worker keeps spinning for the next job before it sleeps, and how
- * long the caller spins on stragglers before it starts yielding its core
- * (matters when the machine is oversubscribed). */
-#define PL_SPIN_NS 200000LL
-#define PL_WAIT_SPIN_NS 50000LL
+/* Waiting, in three phases (both for a worker waiting for the next job and
+ * for the caller waiting for the workers to finish):
+ *   - up to PL_SPIN_PURE_NS: spin with PAUSE only: the common case of
+ *     back-to-back ops on dedicated cores, sub-microsecond hand-off;
+ *   - then spin with sched_yield(): on an oversubscribed machine (more
+ *     runnable threads than cores, e.g. a shared box or n_threads > cores)
+ *     this hands the core to the thread we are waiting for instead of
+ *     burning a whole scheduler slice; on an idle core it returns at once;
+ *   - a worker that has waited PL_SPIN_NS in total sleeps on the condvar, so
+ *     an idle model costs no CPU. */
+#define PL_SPIN_PURE_NS 20000LL
+#define PL_SPIN_NS 2000000LL
 #define PL_MAX_THREADS 1024
 
 typedef struct pl_worker {
@@ -69,16 +76,19 @@ static long long pl_now_ns(void) {
 
 /* Waits until gen differs from `seen`; returns the new generation. */
 static unsigned pl_worker_wait(struct pl_threadpool *p, unsigned seen) {
-    long long deadline = 0;
+    long long t0 = 0, now = 0;
     for (unsigned it = 0;; it++) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen) return g;
-        PL_CPU_RELAX();
-        if ((it & 255) == 255) {
-            long long now = pl_now_ns();
-            if (!deadline) deadline = now + PL_SPIN_NS;
-            else if (now >= deadline) break;
+        if (!t0 || now - t0 < PL_SPIN_PURE_NS) {
+            PL_CPU_RELAX();
+            if ((it & 63) != 63) continue;
+        } else {
+            sched_yield();
         }
+        now = pl_now_ns();
+        if (!t0) t0 = now;
+        else if (now - t0 >= PL_SPIN_NS) break;
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->n_sleeping, 1);
@@ -189,13 +199,15 @@ void pl_threadpool_run(pl_threadpool *p, pl_task_fn fn, void *arg) {
     atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
     pl_pool_signal(p);   /* seq_cst bump: also publishes fn, arg, n_done */
     fn(arg, 0, p->n_threads);
-    long long deadline = 0;
+    long long t0 = 0;
+    bool yielding = false;
     for (unsigned it = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers; it++) {
+        if (yielding) { sched_yield(); continue; }
         PL_CPU_RELAX();
-        if ((it & 255) == 255) {
+        if ((it & 63) == 63) {
             long long now = pl_now_ns();
-            if (!deadline) deadline = now + PL_WAIT_SPIN_NS;
-            else if (now >= deadline) sched_yield();
+            if (!t0) t0 = now;
+            else if (now - t0 >= PL_SPIN_PURE_NS) yielding = true;
         }
     }
 }

@@ -71,7 +71,8 @@ typedef struct pl_gguf_kv {
 /* Open-addressing hash set of indices (stored +1, 0 = empty). */
 typedef struct pl_gguf_htab {
     int64_t *slots;
-    uint64_t mask;
+    uint64_t mask;            /* capacity - 1; capacity is a power of two (0 slots: mask unused) */
+    uint64_t count;
 } pl_gguf_htab;
 
 struct pl_gguf {
@@ -83,12 +84,14 @@ struct pl_gguf {
     uint32_t version;
     uint64_t alignment;
     uint64_t data_offset;
-    int64_t n_kv;
+    int64_t n_kv;             /* while parsing: the entries initialised so far */
+    uint64_t kv_cap;
     pl_gguf_kv *kv;
     pl_gguf_htab kv_index;
     int64_t n_tensors;
+    uint64_t tensor_cap;
     pl_gguf_tensor *tensors;
-    char *names;              /* n_tensors * PL_GGUF_MAX_NAME bytes of NUL-terminated names */
+    char *names;              /* tensor_cap * PL_GGUF_MAX_NAME bytes of NUL-terminated names */
     pl_gguf_htab tensor_index;
 };
 
@@ -146,44 +149,77 @@ static uint64_t hash_bytes(const void *p, size_t n) {
     return h;
 }
 
-static bool htab_init(pl_gguf_htab *h, int64_t n) {
-    /* Load factor <= 1/2. n is bounded by file size / 14, so this cannot
-     * overflow on a 64-bit host; check anyway. */
-    uint64_t cap = 16;
-    while (cap < (uint64_t)n * 2) {
-        if (cap > (UINT64_MAX >> 2) / sizeof(int64_t)) return false;
-        cap <<= 1;
-    }
-    h->slots = calloc((size_t)cap, sizeof *h->slots);
-    h->mask = cap - 1;
-    return h->slots != NULL;
-}
-
 typedef pl_gguf_str (*pl_gguf_keyfn)(const pl_gguf *g, int64_t idx);
 
 static pl_gguf_str kv_key_of(const pl_gguf *g, int64_t idx) { return g->kv[idx].key; }
 
+/* Reads the name buffer, not tensors[idx].name: the buffer may move while
+ * the table is parsed, and the pointers are set once it no longer can. */
 static pl_gguf_str tensor_name_of(const pl_gguf *g, int64_t idx) {
-    pl_gguf_str s = {g->tensors[idx].name, strlen(g->tensors[idx].name)};
+    const char *name = g->names + (size_t)idx * PL_GGUF_MAX_NAME;
+    pl_gguf_str s = {name, strlen(name)};
     return s;
 }
 
-/* Returns the index of s, or -1; when insert_idx >= 0 and s is absent,
- * inserts insert_idx. */
-static int64_t htab_lookup(const pl_gguf *g, const pl_gguf_htab *h, pl_gguf_keyfn keyof,
-                           const char *s, size_t n, int64_t insert_idx) {
+/* Returns the index stored under s, or -1. */
+static int64_t htab_lookup(const pl_gguf *g, const pl_gguf_htab *h, pl_gguf_keyfn keyof, const char *s,
+                           size_t n) {
     if (!h->slots) return -1;
-    uint64_t i = hash_bytes(s, n) & h->mask;
-    for (;;) {
+    for (uint64_t i = hash_bytes(s, n) & h->mask;; i = (i + 1) & h->mask) {
         int64_t v = h->slots[i];
-        if (v == 0) {
-            if (insert_idx >= 0) h->slots[i] = insert_idx + 1;
-            return -1;
-        }
+        if (v == 0) return -1;
         pl_gguf_str k = keyof(g, v - 1);
         if (k.len == n && memcmp(k.ptr, s, n) == 0) return v - 1;
-        i = (i + 1) & h->mask;
     }
+}
+
+/* Inserts idx under s, unless s is already present: then returns the index
+ * stored under it (a duplicate). Returns -1 after inserting, -2 when out of
+ * memory. The table grows as entries arrive (load factor <= 1/2), so its
+ * size follows what the file really contains, not what its header claims. */
+static int64_t htab_insert(const pl_gguf *g, pl_gguf_htab *h, pl_gguf_keyfn keyof, const char *s, size_t n,
+                           int64_t idx) {
+    int64_t found = htab_lookup(g, h, keyof, s, n);
+    if (found >= 0) return found;
+    uint64_t cap = h->slots ? h->mask + 1 : 0;
+    if ((h->count + 1) * 2 > cap) {
+        uint64_t ncap = cap ? cap * 2 : 16;
+        if (ncap > SIZE_MAX / sizeof(int64_t)) return -2;
+        int64_t *ns = calloc((size_t)ncap, sizeof *ns);
+        if (!ns) return -2;
+        for (uint64_t i = 0; i < cap; i++) {
+            int64_t v = h->slots[i];
+            if (!v) continue;
+            pl_gguf_str k = keyof(g, v - 1);
+            uint64_t j = hash_bytes(k.ptr, (size_t)k.len) & (ncap - 1);
+            while (ns[j]) j = (j + 1) & (ncap - 1);
+            ns[j] = v;
+        }
+        free(h->slots);
+        h->slots = ns;
+        h->mask = ncap - 1;
+    }
+    uint64_t i = hash_bytes(s, n) & h->mask;
+    while (h->slots[i]) i = (i + 1) & h->mask;
+    h->slots[i] = idx + 1;
+    h->count++;
+    return -1;
+}
+
+/* Makes room for `need` elements of `elem` bytes (new ones zeroed), growing
+ * geometrically but never past `max` (the count the header claims). */
+static bool grow_zeroed(void **arr, uint64_t *cap, uint64_t need, uint64_t max, size_t elem) {
+    if (need <= *cap) return true;
+    uint64_t nc = *cap ? *cap * 2 : 16;
+    if (nc > max) nc = max;
+    if (nc < need) nc = need;
+    if (nc > SIZE_MAX / elem) return false;
+    void *p = realloc(*arr, (size_t)nc * elem);
+    if (!p) return false;
+    memset((char *)p + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
+    *arr = p;
+    *cap = nc;
+    return true;
 }
 
 /* ---- bounds-checked cursor ----------------------------------------------- */
@@ -226,12 +262,12 @@ static inline pl_gguf_strres rd_str(pl_gguf_rd *r, pl_gguf_str *out) {
 static pl_status str_error(const pl_gguf *g, pl_gguf_strres res, uint64_t len, const char *what) {
     switch (res) {
     case PL_STR_TRUNC:
-        return gerr(g, PL_ERR_FORMAT, "file is truncated in the length of the %s", what);
+        return gerr(g, PL_ERR_FORMAT, "file is truncated in the length of %s", what);
     case PL_STR_HUGE:
-        return gerr(g, PL_ERR_FORMAT, "string length %llu of the %s exceeds the 1 GiB limit",
+        return gerr(g, PL_ERR_FORMAT, "string length %llu of %s exceeds the 1 GiB limit",
                     (unsigned long long)len, what);
     default:
-        return gerr(g, PL_ERR_FORMAT, "string length %llu of the %s runs past the end of file",
+        return gerr(g, PL_ERR_FORMAT, "string length %llu of %s runs past the end of file",
                     (unsigned long long)len, what);
     }
 }
@@ -305,17 +341,25 @@ static pl_status parse_array(pl_gguf *g, pl_gguf_rd *r, pl_gguf_kv *kv, const ch
         if (n > rd_left(r) / 8)
             return gerr(g, PL_ERR_FORMAT, "array '%s' has %llu elements, more than fit in the remaining %llu bytes",
                         key, (unsigned long long)n, (unsigned long long)rd_left(r));
-        kv->str_off = malloc(n ? (size_t)n * sizeof *kv->str_off : 1);
-        if (!kv->str_off) return gerr(g, PL_ERR_NO_MEMORY, "out of memory indexing array '%s'", key);
+        /* Pass 1 validates every element; only then is the index allocated,
+         * so its size (8 bytes per element) is bounded by bytes that exist. */
+        uint64_t start = r->pos;
         for (uint64_t i = 0; i < n; i++) {
-            kv->str_off[i] = r->pos;
-            pl_gguf_str s;
+            pl_gguf_str s = {NULL, 0};
             pl_gguf_strres res = rd_str(r, &s);
             if (res != PL_STR_OK) {
                 char what[160];
                 snprintf(what, sizeof what, "element %llu of array '%s'", (unsigned long long)i, key);
                 return str_error(g, res, s.len, what);
             }
+        }
+        kv->str_off = malloc(n ? (size_t)n * sizeof *kv->str_off : 1);
+        if (!kv->str_off) return gerr(g, PL_ERR_NO_MEMORY, "out of memory indexing array '%s'", key);
+        for (uint64_t i = 0, pos = start; i < n; i++) {
+            uint64_t len;
+            kv->str_off[i] = pos;
+            memcpy(&len, r->p + pos, 8);
+            pos += 8 + len;
         }
         return PL_OK;
     }
@@ -335,14 +379,17 @@ static pl_status parse_array(pl_gguf *g, pl_gguf_rd *r, pl_gguf_kv *kv, const ch
     return PL_OK;
 }
 
-static pl_status parse_kvs(pl_gguf *g, pl_gguf_rd *r) {
-    for (int64_t i = 0; i < g->n_kv; i++) {
+static pl_status parse_kvs(pl_gguf *g, pl_gguf_rd *r, uint64_t n_kv) {
+    for (int64_t i = 0; (uint64_t)i < n_kv; i++) {
+        if (!grow_zeroed((void **)&g->kv, &g->kv_cap, (uint64_t)i + 1, n_kv, sizeof *g->kv))
+            return gerr(g, PL_ERR_NO_MEMORY, "out of memory for %llu key/values", (unsigned long long)n_kv);
+        g->n_kv = i + 1;
         pl_gguf_kv *kv = &g->kv[i];
         char what[64];
         pl_gguf_str k = {0};
         pl_gguf_strres res = rd_str(r, &k);
         if (res != PL_STR_OK) {
-            snprintf(what, sizeof what, "key of key/value %lld", (long long)i);
+            snprintf(what, sizeof what, "the key of key/value %lld", (long long)i);
             return str_error(g, res, k.len, what);
         }
         if (k.len == 0) return gerr(g, PL_ERR_FORMAT, "key/value %lld has an empty key", (long long)i);
@@ -353,8 +400,9 @@ static pl_status parse_kvs(pl_gguf *g, pl_gguf_rd *r) {
         if (memchr(k.ptr, 0, (size_t)k.len))
             return gerr(g, PL_ERR_FORMAT, "key/value %lld: key '%s' contains a NUL byte", (long long)i, key);
         kv->key = k;
-        if (htab_lookup(g, &g->kv_index, kv_key_of, k.ptr, (size_t)k.len, i) >= 0)
-            return gerr(g, PL_ERR_FORMAT, "duplicate key '%s'", key);
+        int64_t dup = htab_insert(g, &g->kv_index, kv_key_of, k.ptr, (size_t)k.len, i);
+        if (dup == -2) return gerr(g, PL_ERR_NO_MEMORY, "out of memory indexing keys");
+        if (dup >= 0) return gerr(g, PL_ERR_FORMAT, "duplicate key '%s'", key);
         uint32_t type;
         if (!rd_u32(r, &type)) return gerr(g, PL_ERR_FORMAT, "file is truncated in the type of key '%s'", key);
         kv->raw = r->p + r->pos;
@@ -371,7 +419,7 @@ static pl_status parse_kvs(pl_gguf *g, pl_gguf_rd *r) {
             res = rd_str(r, &s);
             if (res != PL_STR_OK) {
                 char w[160];
-                snprintf(w, sizeof w, "value of key '%s'", key);
+                snprintf(w, sizeof w, "the value of key '%s'", key);
                 return str_error(g, res, s.len, w);
             }
             kv->data = (const uint8_t *)s.ptr;
@@ -415,7 +463,7 @@ static pl_status parse_tensor_info(pl_gguf *g, pl_gguf_rd *r, int64_t i) {
     pl_gguf_str s = {0};
     pl_gguf_strres res = rd_str(r, &s);
     if (res != PL_STR_OK) {
-        snprintf(what, sizeof what, "name of tensor %lld", (long long)i);
+        snprintf(what, sizeof what, "the name of tensor %lld", (long long)i);
         return str_error(g, res, s.len, what);
     }
     if (s.len == 0) return gerr(g, PL_ERR_FORMAT, "tensor %lld has an empty name", (long long)i);
@@ -426,11 +474,11 @@ static pl_status parse_tensor_info(pl_gguf *g, pl_gguf_rd *r, int64_t i) {
         return gerr(g, PL_ERR_FORMAT, "tensor %lld name '%s' contains a NUL byte", (long long)i, show(s.ptr, s.len).s);
     memcpy(name, s.ptr, (size_t)s.len);
     name[s.len] = 0;
-    t->name = name;
     pl_gguf_shown ns = show(s.ptr, s.len);
     const char *shown = ns.s;
-    if (htab_lookup(g, &g->tensor_index, tensor_name_of, s.ptr, (size_t)s.len, i) >= 0)
-        return gerr(g, PL_ERR_FORMAT, "duplicate tensor name '%s'", shown);
+    int64_t dup = htab_insert(g, &g->tensor_index, tensor_name_of, s.ptr, (size_t)s.len, i);
+    if (dup == -2) return gerr(g, PL_ERR_NO_MEMORY, "out of memory indexing tensor names");
+    if (dup >= 0) return gerr(g, PL_ERR_FORMAT, "duplicate tensor name '%s'", shown);
 
     uint32_t n_dims;
     if (!rd_u32(r, &n_dims))
@@ -520,22 +568,24 @@ static pl_status place_tensors(pl_gguf *g, uint64_t header_end) {
 
 static pl_status parse(pl_gguf *g) {
     pl_gguf_rd r = {g->base, g->size, 0};
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     PL_TRY(parse_header(g, &r, &n_tensors, &n_kv));
-    /* Both counts are now bounded by size / 14, so the products below fit. */
-    g->n_kv = (int64_t)n_kv;
-    g->kv = calloc(n_kv ? (size_t)n_kv : 1, sizeof *g->kv);
-    if (!g->kv || !htab_init(&g->kv_index, g->n_kv))
-        return gerr(g, PL_ERR_NO_MEMORY, "out of memory for %llu key/values", (unsigned long long)n_kv);
-    PL_TRY(parse_kvs(g, &r));
+    /* Tables grow as entries are parsed rather than being sized from the
+     * header's counts: a corrupt count in a large file then fails as a format
+     * error where the entries run out, not as a giant allocation. */
+    PL_TRY(parse_kvs(g, &r, n_kv));
     PL_TRY(parse_alignment(g));
-
-    g->n_tensors = (int64_t)n_tensors;
-    g->tensors = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *g->tensors);
-    g->names = malloc(n_tensors ? (size_t)n_tensors * PL_GGUF_MAX_NAME : 1);
-    if (!g->tensors || !g->names || !htab_init(&g->tensor_index, g->n_tensors))
-        return gerr(g, PL_ERR_NO_MEMORY, "out of memory for %llu tensors", (unsigned long long)n_tensors);
-    for (int64_t i = 0; i < g->n_tensors; i++) PL_TRY(parse_tensor_info(g, &r, i));
+    for (int64_t i = 0; (uint64_t)i < n_tensors; i++) {
+        uint64_t name_cap = g->tensor_cap;   /* both buffers grow in lockstep to the same capacity */
+        if (!grow_zeroed((void **)&g->tensors, &g->tensor_cap, (uint64_t)i + 1, n_tensors, sizeof *g->tensors) ||
+            !grow_zeroed((void **)&g->names, &name_cap, (uint64_t)i + 1, n_tensors, PL_GGUF_MAX_NAME)) {
+            return gerr(g, PL_ERR_NO_MEMORY, "out of memory for %llu tensors", (unsigned long long)n_tensors);
+        }
+        g->n_tensors = i + 1;
+        PL_TRY(parse_tensor_info(g, &r, i));
+    }
+    /* The name buffer is final now. */
+    for (int64_t i = 0; i < g->n_tensors; i++) g->tensors[i].name = g->names + (size_t)i * PL_GGUF_MAX_NAME;
     return place_tensors(g, r.pos);
 }
 
@@ -648,7 +698,7 @@ int64_t pl_gguf_n_kv(const pl_gguf *g) { return g ? g->n_kv : 0; }
 
 int64_t pl_gguf_find_key(const pl_gguf *g, const char *key) {
     if (!g || !key) return -1;
-    return htab_lookup(g, &g->kv_index, kv_key_of, key, strlen(key), -1);
+    return htab_lookup(g, &g->kv_index, kv_key_of, key, strlen(key));
 }
 
 pl_gguf_str pl_gguf_kv_key(const pl_gguf *g, int64_t idx) {
@@ -715,7 +765,7 @@ static bool is_int_type(pl_gguf_type t) {
 }
 
 pl_status pl_gguf_get_u32(const pl_gguf *g, const char *key, uint32_t *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup(g, key, &kv));
     if (!is_int_type(kv->type))
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected an integer", key, pl_gguf_type_name(kv->type));
@@ -727,7 +777,7 @@ pl_status pl_gguf_get_u32(const pl_gguf *g, const char *key, uint32_t *out) {
 }
 
 pl_status pl_gguf_get_i64(const pl_gguf *g, const char *key, int64_t *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup(g, key, &kv));
     if (!is_int_type(kv->type))
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected an integer", key, pl_gguf_type_name(kv->type));
@@ -739,7 +789,7 @@ pl_status pl_gguf_get_i64(const pl_gguf *g, const char *key, int64_t *out) {
 }
 
 pl_status pl_gguf_get_f32(const pl_gguf *g, const char *key, float *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup(g, key, &kv));
     if (kv->type != PL_GGUF_FLOAT32 && kv->type != PL_GGUF_FLOAT64)
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected f32 or f64", key, pl_gguf_type_name(kv->type));
@@ -748,7 +798,7 @@ pl_status pl_gguf_get_f32(const pl_gguf *g, const char *key, float *out) {
 }
 
 pl_status pl_gguf_get_bool(const pl_gguf *g, const char *key, bool *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup(g, key, &kv));
     if (kv->type != PL_GGUF_BOOL)
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected bool", key, pl_gguf_type_name(kv->type));
@@ -757,7 +807,7 @@ pl_status pl_gguf_get_bool(const pl_gguf *g, const char *key, bool *out) {
 }
 
 pl_status pl_gguf_get_str(const pl_gguf *g, const char *key, pl_gguf_str *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup(g, key, &kv));
     if (kv->type != PL_GGUF_STRING)
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected str", key, pl_gguf_type_name(kv->type));
@@ -777,7 +827,7 @@ static pl_status lookup_arr(const pl_gguf *g, const char *key, const pl_gguf_kv 
 
 pl_status pl_gguf_get_arr(const pl_gguf *g, const char *key, pl_gguf_type *elem_type, uint64_t *n,
                           const void **data) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup_arr(g, key, &kv));
     if (elem_type) *elem_type = kv->elem;
     if (n) *n = kv->n;
@@ -786,7 +836,7 @@ pl_status pl_gguf_get_arr(const pl_gguf *g, const char *key, pl_gguf_type *elem_
 }
 
 pl_status pl_gguf_arr_str(const pl_gguf *g, const char *key, uint64_t i, pl_gguf_str *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup_arr(g, key, &kv));
     if (kv->elem != PL_GGUF_STRING)
         return gerr(g, PL_ERR_FORMAT, "array '%s' has element type %s, expected str", key, pl_gguf_type_name(kv->elem));
@@ -804,7 +854,7 @@ pl_status pl_gguf_arr_str(const pl_gguf *g, const char *key, uint64_t i, pl_gguf
 }
 
 static pl_status arr_num(const pl_gguf *g, const char *key, uint64_t i, pl_gguf_num *out) {
-    const pl_gguf_kv *kv;
+    const pl_gguf_kv *kv = NULL;
     PL_TRY(lookup_arr(g, key, &kv));
     if (kv->elem == PL_GGUF_STRING || kv->elem == PL_GGUF_BOOL)
         return gerr(g, PL_ERR_FORMAT, "array '%s' has element type %s, expected numbers", key,
@@ -855,6 +905,6 @@ const pl_gguf_tensor *pl_gguf_tensor_at(const pl_gguf *g, int64_t i) {
 
 const pl_gguf_tensor *pl_gguf_find_tensor(const pl_gguf *g, const char *name) {
     if (!g || !name) return NULL;
-    int64_t i = htab_lookup(g, &g->tensor_index, tensor_name_of, name, strlen(name), -1);
+    int64_t i = htab_lookup(g, &g->tensor_index, tensor_name_of, name, strlen(name));
     return i < 0 ? NULL : &g->tensors[i];
 }

@@ -68,8 +68,9 @@ typedef enum pl_op {
      * <= head_dim; the rest are copied), iparams[1] = mode (0 = normal:
      * pairs (2i, 2i+1); 2 = NeoX: pairs (i, i + n_rot/2)).
      * fparams[0] = freq_base, fparams[1] = freq_scale.
-     * theta_i = pos * freq_scale * freq_base^(-2i/n_rot), computed as GGML does:
-     * theta_0 = pos*freq_scale, theta_{i+1} = theta_i * powf(freq_base, -2/n_rot). */
+     * theta_i = freq_scale * pos * freq_base^(-2i/n_rot), computed as GGML does:
+     * t_0 = pos, t_{i+1} = t_i * powf(freq_base, -2/n_rot) (in float), and
+     * theta_i = freq_scale * t_i (the rounding differs when freq_scale != 1). */
     PL_OP_ROPE,
     /* Writes new K or V rows into the cache.
      * src0: F32 [kv_dim, n_tok]; src1: I32 pos [n_tok]; src2: I32 seq [n_tok];

@@ -1,3 +1,80 @@
-/* Placeholder until the optimized CPU backend lands: an empty dispatch table. */
-#include "kernels/abi.h"
-const pl_backend pl_backend_cpu = {"cpu", "optimized CPU backend (placeholder)", NULL, 0, NULL, NULL};
+/* The optimized `cpu` backend: multithreaded kernels with AVX2 paths chosen at
+ * run time (portable C fallbacks otherwise). This file holds the dispatch
+ * table and the execution context; the kernels are in cpu_matmul*.c,
+ * cpu_ops*.c and cpu_attention*.c.
+ *
+ * Table: GET_ROWS and MATMUL for every dtype pl_dequantize_row decodes
+ * (MATMUL is integer/SIMD-optimized for F32, F16, BF16, Q8_0, Q4_K, Q6_K and
+ * decode-then-F32 for the others), RMS_NORM / ADD / SWIGLU / ROPE on F32,
+ * KV_STORE and ATTENTION for F16 and F32 caches.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "core/cpu_features.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+#include "quant/quant.h"
+
+#define CPU_GET_ROWS_(t, fn) {PL_OP_GET_ROWS, t, pl_cpu_op_get_rows, NULL},
+#define CPU_MATMUL_(t, fn) {PL_OP_MATMUL, t, pl_cpu_op_matmul, pl_cpu_work_matmul},
+
+static const pl_kernel pl_cpu_kernels[] = {
+    PL_DEQUANT_TYPES(CPU_GET_ROWS_)
+    {PL_OP_RMS_NORM, PL_F32, pl_cpu_op_rms_norm, NULL},
+    PL_DEQUANT_TYPES(CPU_MATMUL_)
+    {PL_OP_ADD, PL_F32, pl_cpu_op_add, NULL},
+    {PL_OP_SWIGLU, PL_F32, pl_cpu_op_swiglu, NULL},
+    {PL_OP_ROPE, PL_F32, pl_cpu_op_rope, NULL},
+    {PL_OP_KV_STORE, PL_F16, pl_cpu_op_kv_store, NULL},
+    {PL_OP_KV_STORE, PL_F32, pl_cpu_op_kv_store, NULL},
+    {PL_OP_ATTENTION, PL_F16, pl_cpu_op_attention, pl_cpu_work_attention},
+    {PL_OP_ATTENTION, PL_F32, pl_cpu_op_attention, pl_cpu_work_attention},
+};
+
+extern const pl_backend pl_backend_cpu;
+
+static pl_status pl_cpu_ctx_create(int n_threads, pl_exec_ctx **out) {
+    if (!out) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: out is NULL");
+    *out = NULL;
+    if (n_threads <= 0) n_threads = pl_cpu_count();
+    pl_exec_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) return pl_errorf(PL_ERR_NO_MEMORY, "cpu: cannot allocate a context");
+    pl_status st = pl_threadpool_create(n_threads, &ctx->pool);
+    if (st != PL_OK) {
+        free(ctx);
+        return pl_error_prefix(st, "cpu");
+    }
+    ctx->backend = &pl_backend_cpu;
+    ctx->n_threads = n_threads;
+    (void)pl_cpu_features_get();   /* detect now, not inside the first kernel */
+    *out = ctx;
+    return PL_OK;
+}
+
+/* The work buffer belongs to whoever set it (the planner), not the context. */
+static void pl_cpu_ctx_free(pl_exec_ctx *ctx) {
+    if (!ctx) return;
+    pl_threadpool_free(ctx->pool);
+    free(ctx);
+}
+
+static bool pl_cpu_probe(char *detail, size_t cap) {
+    if (detail && cap) {
+        const pl_cpu_features *f = pl_cpu_features_get();
+        snprintf(detail, cap, "%s%s", f->description, pl_cpu_has_avx2() ? "" : " (portable kernels)");
+    }
+    return true;
+}
+
+const pl_backend pl_backend_cpu = {
+    .name = "cpu",
+    .summary = "optimized multithreaded CPU kernels (AVX2 when available, portable C otherwise)",
+    .kernels = pl_cpu_kernels,
+    .n_kernels = sizeof pl_cpu_kernels / sizeof pl_cpu_kernels[0],
+    .ctx_create = pl_cpu_ctx_create,
+    .ctx_free = pl_cpu_ctx_free,
+    .awaits = NULL,
+    .probe = pl_cpu_probe,
+};

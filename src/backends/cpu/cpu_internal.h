@@ -8,6 +8,7 @@
  */
 #ifndef PL_BACKENDS_CPU_INTERNAL_H
 #define PL_BACKENDS_CPU_INTERNAL_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "kernels/abi.h"
@@ -87,7 +88,6 @@ pl_status pl_cpu_op_rms_norm(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_add(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_swiglu(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_rope(pl_exec_ctx *ctx, const pl_node *node);
-size_t pl_cpu_work_rope(const pl_node *node, int n_threads);
 pl_status pl_cpu_op_kv_store(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node);
 size_t pl_cpu_work_attention(const pl_node *node, int n_threads);
@@ -128,6 +128,12 @@ void pl_cpu_vec_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
 void pl_cpu_vec_f16_to_f32_avx2(const uint16_t *x, float *y, int64_t n);
 void pl_cpu_vec_f32_to_f16_avx2(const float *x, uint16_t *y, int64_t n);
 void pl_cpu_vec_bf16_to_f32_avx2(const uint16_t *x, float *y, int64_t n);
+/* Attention inner loops (cpu_attention_avx2.c); see cpu_attention.c. */
+void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n_kv,
+                            int64_t hd, float scale, float *S, int64_t ldS);
+void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
+                            int64_t hd, float *O);
+float pl_cpu_att_softmax_avx2(float *x, int64_t n);
 double pl_cpu_sumsq_avx2(const float *x, int64_t n);
 void pl_cpu_scale_mul_avx2(const float *x, float s, const float *w, float *y, int64_t n);
 void pl_cpu_add_avx2(const float *a, const float *b, float *y, int64_t n);

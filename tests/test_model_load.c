@@ -1,0 +1,178 @@
+/*
+ * Model-level validation: files that are valid GGUF but whose contents do not
+ * make a model (shapes against hyperparameters, missing tensors, unknown
+ * architecture, bad tokenizer arrays, memory budget), and the forward API's
+ * argument checks. Each case is a rewritten copy of the tiny f32 fixture and
+ * must fail with its own message, never crash.
+ */
+#include "testutil.h"
+#include "pocketllm.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef void (*edit_fn)(pl_gguf_writer *w, const pl_gguf *src);
+
+static const char *SRC = "models/tiny-qwen3-f32.gguf";
+static char tmp_path[256];
+
+/* Copies SRC into tmp_path, skipping KV `drop_key` and tensor `drop_tensor`,
+ * then lets edit add or override things. */
+static void rewrite(const char *drop_key, const char *drop_tensor, edit_fn edit, const char *retype_tensor) {
+    pl_gguf *g = NULL;
+    if (pl_gguf_open(pl_fixture(SRC), &g) != PL_OK) { CHECK(0, "open: %s", pl_last_error()); return; }
+    pl_gguf_writer *w = NULL;
+    pl_gguf_writer_create(&w);
+    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++) {
+        pl_gguf_str k = pl_gguf_kv_key(g, i);
+        if (drop_key && strlen(drop_key) == k.len && !memcmp(k.ptr, drop_key, k.len)) continue;
+        pl_gguf_writer_copy_kv(w, g, i);
+    }
+    if (edit) edit(w, g);
+    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
+        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
+        if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
+        if (retype_tensor && !strcmp(t->name, retype_tensor)) {
+            /* Same bytes reinterpreted as f16 with a doubled row: a norm in f16. */
+            int64_t ne[4] = {t->ne[0] * 2, t->ne[1], t->ne[2], t->ne[3]};
+            pl_gguf_writer_add_tensor(w, t->name, PL_F16, t->n_dims, ne, t->data, t->size);
+            continue;
+        }
+        pl_gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data, t->size);
+    }
+    pl_status st = pl_gguf_writer_write_file(w, tmp_path);
+    CHECK(st == PL_OK, "write: %s", pl_last_error());
+    pl_gguf_writer_free(w);
+    pl_gguf_close(g);
+}
+
+static void set_embd_255(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.embedding_length");
+    pl_gguf_writer_add_u32(w, "qwen3.embedding_length", 255);
+}
+static void set_heads_3(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.attention.head_count");
+    pl_gguf_writer_add_u32(w, "qwen3.attention.head_count", 3);
+}
+static void set_layers_3(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.block_count");
+    pl_gguf_writer_add_u32(w, "qwen3.block_count", 3);
+}
+static void set_layers_huge(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.block_count");
+    pl_gguf_writer_add_u32(w, "qwen3.block_count", 4000000000u);
+}
+static void set_arch_foo(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "general.architecture");
+    pl_gguf_writer_add_str(w, "general.architecture", "foo");
+}
+static void set_embd_string(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.embedding_length");
+    pl_gguf_writer_add_str(w, "qwen3.embedding_length", "256");
+}
+static void set_types_short(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "tokenizer.ggml.token_type");
+    int32_t types[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    pl_gguf_writer_add_arr(w, "tokenizer.ggml.token_type", PL_GGUF_INT32, types, 10);
+}
+static void set_bos_oob(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "tokenizer.ggml.bos_token_id");
+    pl_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 999999);
+}
+static void set_eps_bad(pl_gguf_writer *w, const pl_gguf *g) {
+    pl_gguf_writer_remove_key(w, "qwen3.attention.layer_norm_rms_epsilon");
+    pl_gguf_writer_add_f32(w, "qwen3.attention.layer_norm_rms_epsilon", -1.0f);
+}
+
+static void expect_load_error(const char *what, pl_status want, const char *phrase) {
+    pl_model *m = NULL;
+    pl_model_params p = pl_model_default_params();
+    p.device = "ref";
+    p.n_ctx = 64;
+    pl_status st = pl_model_load(tmp_path, &p, &m);
+    CHECK(st == want, "%s: status %d (%s), wanted %d", what, st, pl_last_error(), want);
+    CHECK(strstr(pl_last_error(), phrase) != NULL, "%s: message '%s' lacks '%s'", what, pl_last_error(), phrase);
+    if (st == PL_OK) pl_model_free(m);
+    else printf("  %-28s -> %s\n", what, pl_last_error());
+}
+
+static void api_checks(void) {
+    pl_model *m = NULL;
+    pl_model_params p = pl_model_default_params();
+    p.device = "ref";
+    p.n_ctx = 16;
+    pl_status st = pl_model_load(pl_fixture(SRC), &p, &m);
+    CHECK(st == PL_OK, "load: %s", pl_last_error());
+    if (st != PL_OK) return;
+    float *logits = malloc((size_t)pl_model_n_vocab(m) * sizeof(float));
+    int32_t tok = 99999999, pos = 0, seq = 0;
+    bool want = true;
+    pl_batch b = {1, &tok, &pos, &seq, &want};
+    CHECK(pl_model_forward(m, &b, logits) == PL_ERR_INVALID_ARG, "token out of range accepted");
+    tok = 5;
+    seq = 7;
+    CHECK(pl_model_forward(m, &b, logits) == PL_ERR_INVALID_ARG, "slot out of range accepted");
+    seq = 0;
+    pos = 16;
+    CHECK(pl_model_forward(m, &b, logits) == PL_ERR_CONTEXT_FULL, "position past context accepted");
+    pos = -1;
+    CHECK(pl_model_forward(m, &b, logits) == PL_ERR_CONTEXT_FULL, "negative position accepted");
+    b.n = 0;
+    CHECK(pl_model_forward(m, &b, logits) == PL_ERR_INVALID_ARG, "empty batch accepted");
+
+    pl_session *s = NULL, *s2 = NULL;
+    CHECK(pl_session_create(m, &s) == PL_OK, "session");
+    CHECK(pl_session_create(m, &s2) == PL_ERR_INVALID_ARG, "second session on a 1-slot model");
+    int32_t ids[17];
+    for (int i = 0; i < 17; i++) ids[i] = i + 1;
+    CHECK(pl_session_eval(s, ids, 17, logits) == PL_ERR_CONTEXT_FULL, "17 tokens in a 16-token context");
+    CHECK(pl_session_eval(s, ids, 16, logits) == PL_OK, "16 tokens: %s", pl_last_error());
+    CHECK(pl_session_eval(s, ids, 1, logits) == PL_ERR_CONTEXT_FULL, "token past a full context");
+    pl_session_free(s);
+    free(logits);
+    pl_model_free(m);
+
+    /* The memory plan is checked against the budget before allocating. */
+    p.memory_budget = 1 << 20;
+    st = pl_model_load(pl_fixture(SRC), &p, &m);
+    CHECK(st == PL_ERR_DOES_NOT_FIT, "1 MiB budget accepted (%d)", st);
+    CHECK(strstr(pl_last_error(), "budget") != NULL, "budget message: %s", pl_last_error());
+    printf("  %-28s -> %s\n", "1 MiB budget", pl_last_error());
+}
+
+int main(void) {
+    snprintf(tmp_path, sizeof tmp_path, "/tmp/pl_test_model_%d.gguf", (int)getpid());
+    rewrite("qwen3.embedding_length", NULL, set_embd_255, NULL);
+    expect_load_error("embedding_length 255", PL_ERR_FORMAT, "but the hyperparameters say");
+    rewrite("qwen3.attention.head_count", NULL, set_heads_3, NULL);
+    expect_load_error("head_count 3", PL_ERR_FORMAT, "head_count");
+    rewrite(NULL, NULL, set_layers_3, NULL);
+    expect_load_error("block_count 3", PL_ERR_FORMAT, "missing tensor 'blk.2.");
+    rewrite(NULL, NULL, set_layers_huge, NULL);
+    expect_load_error("block_count 4e9", PL_ERR_FORMAT, "block_count");
+    rewrite(NULL, "blk.1.ffn_up.weight", NULL, NULL);
+    expect_load_error("missing ffn_up", PL_ERR_FORMAT, "missing tensor 'blk.1.ffn_up.weight'");
+    rewrite("qwen3.block_count", NULL, NULL, NULL);
+    expect_load_error("no block_count", PL_ERR_FORMAT, "missing hyperparameter 'qwen3.block_count'");
+    rewrite(NULL, NULL, set_arch_foo, NULL);
+    expect_load_error("architecture foo", PL_ERR_UNSUPPORTED, "architecture 'foo'");
+    rewrite("general.architecture", NULL, NULL, NULL);
+    expect_load_error("no architecture", PL_ERR_FORMAT, "general.architecture");
+    rewrite(NULL, NULL, set_embd_string, NULL);
+    expect_load_error("embedding_length string", PL_ERR_FORMAT, "embedding_length");
+    rewrite(NULL, NULL, set_types_short, NULL);
+    expect_load_error("token_type too short", PL_ERR_FORMAT, "token_type");
+    rewrite(NULL, NULL, set_bos_oob, NULL);
+    expect_load_error("bos id out of range", PL_ERR_FORMAT, "bos");
+    rewrite(NULL, NULL, set_eps_bad, NULL);
+    expect_load_error("negative rms epsilon", PL_ERR_FORMAT, "epsilon");
+    rewrite(NULL, NULL, NULL, "blk.0.attn_norm.weight");
+    expect_load_error("f16 norm with 2x row", PL_ERR_FORMAT, "attn_norm");
+    rewrite(NULL, "token_embd.weight", NULL, NULL);
+    expect_load_error("no token_embd", PL_ERR_FORMAT, "token_embd.weight");
+    unlink(tmp_path);
+    api_checks();
+    return pl_test_summary("test_model_load");
+}

@@ -1,0 +1,141 @@
+/* pocketllm serve: an OpenAI-compatible HTTP server (see server.h). */
+#include "cli.h"
+#include "server.h"
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *serve_usage =
+    "usage: pocketllm serve --model M [options]\n"
+    "  --host H             address to listen on (default 127.0.0.1)\n"
+    "  --port P             TCP port (default 8080; 0 picks a free one)\n"
+    "  --parallel N         sequences decoded together = KV-cache slots (default 4)\n"
+    "  --ctx N              context length per slot (default min(model, 4096))\n"
+    "  --batch N            max tokens per forward step (default 512)\n"
+    "  --queue N            requests that may wait for a slot (default 4 x parallel; more get 503)\n"
+    "  --threads N          worker threads (default: all cores)\n"
+    "  --device ref|cpu     backend (default cpu)\n"
+    "  --api-key K          require 'Authorization: Bearer K' on /v1 routes\n"
+    "  --alias NAME         model id reported by the API (default: the file name)\n"
+    "  --timeout S          seconds an idle connection is kept open (default 60)\n"
+    "  --metrics            serve Prometheus metrics on GET /metrics\n"
+    "routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
+    "        POST /tokenize, POST /detokenize, GET /metrics (with --metrics)\n";
+
+static int cmd_serve(int argc, char **argv) {
+    pl_srv_config cfg = {0};
+    cfg.host = "127.0.0.1";
+    cfg.port = 8080;
+    cfg.device = "cpu";
+    cfg.parallel = 4;
+    cfg.batch = 512;
+    cfg.queue = -1;
+    cfg.idle_timeout = 60;
+    const char *v;
+    bool bad = false;
+    long long x;
+    for (int i = 1; i < argc && !bad; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(serve_usage, stdout); return 0; }
+        else if (!strcmp(a, "--metrics")) cfg.metrics = true;
+        else if (pl_cli_opt(argc, argv, &i, "--model", &cfg.model_path, &bad) ||
+                 pl_cli_opt(argc, argv, &i, "-m", &cfg.model_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--host", &cfg.host, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--device", &cfg.device, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--api-key", &cfg.api_key, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--alias", &cfg.alias, &bad)) {}
+#define INT_OPT(name, lo, hi, field)                                                                   \
+        else if (pl_cli_opt(argc, argv, &i, name, &v, &bad)) {                                      \
+            if (bad) break;                                                                          \
+            if (!pl_cli_parse_int(v, lo, hi, &x)) return pl_cli_error("bad %s '%s'", name, v);       \
+            cfg.field = (int)x;                                                                      \
+        }
+        INT_OPT("--port", 0, 65535, port)
+        INT_OPT("--parallel", 1, 256, parallel)
+        INT_OPT("-np", 1, 256, parallel)
+        INT_OPT("--ctx", 1, 1 << 24, ctx)
+        INT_OPT("--batch", 1, 1 << 16, batch)
+        INT_OPT("--queue", 0, 1 << 16, queue)
+        INT_OPT("--threads", 0, 1024, threads)
+        INT_OPT("-t", 0, 1024, threads)
+        INT_OPT("--timeout", 1, 86400, idle_timeout)
+#undef INT_OPT
+        else return pl_cli_error("serve: unknown option '%s' (see 'pocketllm serve --help')", a);
+    }
+    if (bad) return 1;
+    if (!cfg.model_path) return pl_cli_error("serve: --model is required");
+    if (cfg.queue < 0) cfg.queue = 4 * cfg.parallel;
+
+    /* Signals: handled by sigwait in this thread only; every thread created
+     * from here on inherits the mask. A vanished client must not kill us. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    static pl_srv s; /* large; lives for the whole command */
+    memset(&s, 0, sizeof s);
+    s.cfg = cfg;
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_cond_init(&s.cv, NULL);
+    atomic_init(&s.state, PL_SRV_LOADING);
+    s.started = (long long)time(NULL);
+    const char *base = strrchr(cfg.model_path, '/');
+    snprintf(s.model_id, sizeof s.model_id, "%s", cfg.alias ? cfg.alias : base ? base + 1 : cfg.model_path);
+
+    /* Listen first: /health answers 503 while the model loads. */
+    if (pl_srv_http_start(&s)) return 1;
+    pl_srv_log("listening on http://%s:%d", cfg.host, s.bound_port);
+
+    double t0 = pl_srv_now();
+    /* Test hook: a slow load, so that tests can observe /health's 503. */
+    const char *delay = getenv("POCKETLLM_SERVE_TEST_LOAD_DELAY_MS");
+    if (delay && atoi(delay) > 0) {
+        struct timespec ts = {atoi(delay) / 1000, (long)(atoi(delay) % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pl_model_params mp = pl_model_default_params();
+    mp.device = cfg.device;
+    mp.n_threads = cfg.threads;
+    mp.n_ctx = cfg.ctx;
+    mp.n_seq = cfg.parallel;
+    mp.n_batch = cfg.batch;
+    if (pl_model_load(cfg.model_path, &mp, &s.model) != PL_OK) {
+        int rc = pl_cli_error("%s", pl_last_error());
+        pl_srv_http_stop(&s);
+        return rc;
+    }
+    s.n_vocab = pl_model_n_vocab(s.model);
+    s.n_ctx = pl_model_n_ctx(s.model);
+    s.n_seq = cfg.parallel;
+    s.n_batch = cfg.batch;
+    if ((long long)s.n_batch > (long long)s.n_ctx * s.n_seq) s.n_batch = s.n_ctx * s.n_seq;
+    int rc = 0;
+    if (pl_srv_chat_init(&s) != PL_OK || pl_srv_sched_start(&s) != PL_OK) {
+        rc = pl_cli_error("serve: cannot start: out of memory");
+        goto done;
+    }
+    atomic_store(&s.state, PL_SRV_READY);
+    pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d, queue %d%s",
+               s.model_id, pl_model_arch(s.model), pl_model_device(s.model), (pl_srv_now() - t0) * 1e3, s.n_seq,
+               s.n_ctx, s.n_batch, cfg.queue, cfg.api_key ? ", API key required" : "");
+
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    pl_srv_log("signal %d: shutting down", sig);
+done:
+    atomic_store(&s.state, PL_SRV_STOPPING);
+    /* Order matters: the scheduler fails what is still running, which lets
+     * the connection threads finish, which lets the daemon stop. */
+    pl_srv_sched_stop(&s);
+    pl_srv_http_stop(&s);
+    pl_srv_chat_free(&s);
+    free(s.slot_seq);
+    pl_model_free(s.model);
+    return rc;
+}
+
+PL_CLI_COMMAND(pl_cmd_serve, "serve", "OpenAI-compatible HTTP server", cmd_serve)

@@ -1,0 +1,202 @@
+/*
+ * `pocketllm serve`: an OpenAI-compatible HTTP server over one loaded model.
+ *
+ * Threads:
+ *   - libmicrohttpd runs one thread per connection. Handlers parse and
+ *     validate the request, tokenize the prompt, hand a pl_srv_request to the
+ *     scheduler and then block (with a timed wait that also watches the socket
+ *     for a hang-up) until the result or the next streamed delta is there.
+ *   - One scheduler thread owns the model. Each step it builds one pl_batch
+ *     holding a decode token for every generating sequence plus the next
+ *     prompt chunk of newly admitted ones, runs it, samples, and pushes text
+ *     into the requests. Requests join and leave between steps.
+ *
+ * Files: cmd_serve.c (options, startup, shutdown), server_http.c (routes,
+ * bodies, SSE), server_openai.c (request validation and response JSON),
+ * server_sched.c (queue, continuous batching, metrics), server_chat.c (chat
+ * template and prompt tokenization), server_text.c (stop strings, UTF-8,
+ * reasoning split).
+ */
+#ifndef PL_SERVER_H
+#define PL_SERVER_H
+#include "pocketllm.h"
+#include "server_text.h"
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define PL_SRV_MAX_BODY (8u << 20)  /* request bodies above this get 413 */
+#define PL_SRV_MAX_STOPS 16
+
+typedef struct pl_srv_config {
+    const char *model_path;
+    const char *host;
+    const char *device;
+    const char *api_key;     /* NULL: no authentication */
+    const char *alias;       /* model id reported by the API (default: file name) */
+    int port;
+    int ctx;                 /* context per slot; 0 = min(model, 4096) */
+    int threads;
+    int parallel;            /* KV-cache slots = sequences decoded together */
+    int batch;               /* max tokens per forward step */
+    int queue;               /* requests that may wait for a slot */
+    int idle_timeout;        /* seconds an idle keep-alive connection is kept */
+    bool metrics;
+} pl_srv_config;
+
+/* An API error in OpenAI's shape. */
+typedef struct pl_srv_error {
+    int http;
+    const char *type;        /* "invalid_request_error", "server_error", ... */
+    char param[64];          /* "" = null */
+    char code[48];           /* "" = null */
+    char message[512];
+} pl_srv_error;
+
+int pl_srv_fail(pl_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+json_t *pl_srv_error_json(const pl_srv_error *e);
+
+typedef enum { PL_SRV_CHAT, PL_SRV_COMPLETION } pl_srv_kind;
+enum { PL_SEQ_QUEUED, PL_SEQ_PREFILL, PL_SEQ_DECODE, PL_SEQ_DONE };
+
+struct pl_srv_request;
+
+/* One generated choice: its own KV slot, sampler and text pipeline. */
+typedef struct pl_srv_seq {
+    struct pl_srv_request *req;
+    int index;                   /* choice index in the response */
+    const int32_t *prompt;       /* points into req->prompts */
+    size_t n_prompt;
+    /* scheduler thread only */
+    int state;
+    int slot;
+    uint64_t admit_no;           /* admission order (prefill is served FIFO) */
+    size_t n_fed;                /* prompt tokens already in the cache */
+    size_t chunk;                /* prompt tokens in the step being run */
+    int32_t pos;                 /* position of the next token fed */
+    int32_t next_tok;            /* sampled, to be fed next step */
+    pl_sampler *smp;
+    /* guarded by req->mu */
+    pl_srv_text text;
+    int32_t *tokens;             /* every sampled token (the EOG one included) */
+    size_t n_tokens, cap_tokens;
+    bool done;
+    const char *finish;          /* "stop", "length", NULL while running */
+} pl_srv_seq;
+
+typedef struct pl_srv_request {
+    atomic_int refs;
+    atomic_bool cancelled;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+
+    pl_srv_kind kind;
+    bool stream, include_usage, return_tokens;
+    pl_sampler_params sp;
+    long long max_tokens;        /* < 0: until the context is full */
+    char *stops[PL_SRV_MAX_STOPS];
+    size_t n_stops;
+    bool parse_reasoning, think_open;
+
+    int n_prompts;
+    int32_t **prompts;
+    size_t *n_prompt_tok;
+    int n_seqs;
+    pl_srv_seq *seqs;
+    size_t usage_prompt;         /* prompt tokens counted once per distinct prompt */
+
+    /* guarded by mu */
+    int n_done;
+    bool failed;
+    int fail_http;
+    char fail_msg[256];
+
+    char id[48];
+    long long created;
+    char route[32];
+    double t_submit, t_first, t_done;
+    struct pl_srv_request *next; /* queue link (guarded by the server's mu) */
+} pl_srv_request;
+
+enum { PL_SRV_LOADING, PL_SRV_READY, PL_SRV_STOPPING };
+
+typedef struct pl_srv {
+    pl_srv_config cfg;
+    atomic_int state;
+    pl_model *model;
+    char model_id[256];
+    int32_t n_vocab, n_ctx;
+    int n_seq, n_batch;
+    long long started;
+
+    /* chat template (server_chat.c) */
+    char *chat_template;
+    char bos_text[64], eos_text[64];
+    void *chat_impl;
+
+    /* queue and metrics, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pl_srv_request *q_head, *q_tail;
+    int q_len;
+    bool stop_sched;
+    int slots_busy;
+    uint64_t m_requests, m_rejected, m_cancelled, m_failed, m_prompt_tok, m_gen_tok, m_steps;
+    double m_busy_s;             /* time spent in forward steps */
+    double win_t0;               /* throughput window */
+    uint64_t win_tok;
+    double rate;
+
+    /* scheduler thread only */
+    pthread_t sched;
+    bool sched_running;
+    pl_srv_seq **slot_seq;
+    uint64_t admit_counter;
+
+    struct MHD_Daemon *daemon;
+    int bound_port;
+} pl_srv;
+
+/* server_sched.c */
+pl_status pl_srv_sched_start(pl_srv *s);
+void pl_srv_sched_stop(pl_srv *s);
+pl_srv_request *pl_srv_request_new(void);
+void pl_srv_request_unref(pl_srv_request *r);
+/* Queues r (takes a reference). 0 ok, -1 queue full. */
+int pl_srv_submit(pl_srv *s, pl_srv_request *r);
+/* The client went away: stop generating and free the slots at the next step. */
+void pl_srv_cancel(pl_srv *s, pl_srv_request *r);
+void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *out);
+double pl_srv_now(void);
+void pl_srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* server_openai.c */
+/* Validates an OpenAI request body and builds the request (prompt tokenized).
+ * Returns NULL and fills e on error. */
+pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, pl_srv_error *e);
+/* The whole (non-streaming) response. */
+json_t *pl_srv_response_json(pl_srv *s, pl_srv_request *r);
+/* One streaming chunk for choice `index`. content/reasoning may be NULL. */
+json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, const char *content, size_t n_content,
+                          const char *reasoning, size_t n_reasoning, const char *finish);
+json_t *pl_srv_usage_chunk_json(pl_srv *s, pl_srv_request *r);
+json_t *pl_srv_usage_json(pl_srv_request *r);
+json_t *pl_srv_models_json(pl_srv *s);
+
+/* server_chat.c */
+pl_status pl_srv_chat_init(pl_srv *s);
+void pl_srv_chat_free(pl_srv *s);
+/* Renders messages (already validated and normalized: role + string
+ * content) with the template and tokenizes the result so that message text
+ * can never become special tokens. */
+int pl_srv_chat_prompt(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **ids, size_t *n_ids, bool *think_open,
+                       pl_srv_error *e);
+
+/* server_http.c */
+int pl_srv_http_start(pl_srv *s);
+void pl_srv_http_stop(pl_srv *s);
+
+#endif

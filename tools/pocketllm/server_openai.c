@@ -1,0 +1,624 @@
+/*
+ * OpenAI protocol for `pocketllm serve`: request validation (types, ranges,
+ * fields the engine cannot honour) and the JSON of responses and streamed
+ * chunks. Every problem becomes an error in OpenAI's shape naming the field;
+ * nothing here trusts the body.
+ */
+#include "server.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int pl_srv_fail(pl_srv_error *e, int http, const char *param, const char *code, const char *fmt, ...) {
+    e->http = http;
+    e->type = http >= 500 ? "server_error" : "invalid_request_error";
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* A JSON string from bytes that may not be valid UTF-8 (jansson rejects
+ * those): invalid bytes become U+FFFD. */
+static json_t *jstr(const char *s, size_t n) {
+    json_t *v = json_stringn(s ? s : "", s ? n : 0);
+    if (v) return v;
+    pl_srv_buf b = {0};
+    if (pl_srv_utf8_sanitize(&b, s, n)) { pl_srv_buf_free(&b); return json_string(""); }
+    v = json_stringn(b.p ? b.p : "", b.n);
+    pl_srv_buf_free(&b);
+    return v ? v : json_string("");
+}
+
+json_t *pl_srv_error_json(const pl_srv_error *e) {
+    json_t *err = json_pack("{s:o, s:s, s:o, s:o}", "message", jstr(e->message, strlen(e->message)), "type",
+                            e->type ? e->type : "invalid_request_error", "param",
+                            e->param[0] ? json_string(e->param) : json_null(), "code",
+                            e->code[0] ? json_string(e->code) : json_null());
+    return json_pack("{s:o}", "error", err ? err : json_object());
+}
+
+/* Ids and default seeds: a splitmix64 stream seeded once per process. */
+static uint64_t srv_random(void) {
+    static _Atomic uint64_t state;
+    static atomic_bool seeded;
+    if (!atomic_exchange(&seeded, true)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        atomic_store(&state, (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec ^
+                                 ((uint64_t)getpid() << 32));
+    }
+    uint64_t z = atomic_fetch_add(&state, 0x9E3779B97F4A7C15ull) + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* ---- typed field access -----------------------------------------------------*/
+
+static bool absent(json_t *v) { return !v || json_is_null(v); }
+
+static int get_number(json_t *v, const char *name, double lo, double hi, double *out, pl_srv_error *e) {
+    if (!json_is_number(v)) return pl_srv_fail(e, 400, name, "invalid_type", "'%s' must be a number", name);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi)
+        return pl_srv_fail(e, 400, name, "invalid_value", "'%s' must be between %g and %g, got %g", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_int(json_t *v, const char *name, long long lo, long long hi, long long *out, pl_srv_error *e) {
+    long long x;
+    if (json_is_integer(v)) x = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) && fabs(json_real_value(v)) < 9e15)
+        x = (long long)json_real_value(v); /* 10.0 from clients that only have doubles */
+    else return pl_srv_fail(e, 400, name, "invalid_type", "'%s' must be an integer", name);
+    if (x < lo || x > hi)
+        return pl_srv_fail(e, 400, name, "invalid_value", "'%s' must be between %lld and %lld, got %lld", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(json_t *v, const char *name, bool *out, pl_srv_error *e) {
+    if (!json_is_boolean(v)) return pl_srv_fail(e, 400, name, "invalid_type", "'%s' must be a boolean", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int unsupported(pl_srv_error *e, const char *name, const char *why) {
+    return pl_srv_fail(e, 400, name, "unsupported_parameter", "'%s' is not supported by this server%s%s", name,
+                       why ? ": " : "", why ? why : "");
+}
+
+/* Fields the engine cannot back: 400 naming the field. Neutral values
+ * (false, 0, empty, "text", "none") are accepted, as they ask for nothing. */
+static int check_unsupported(json_t *body, pl_srv_error *e) {
+    json_t *v;
+    double d;
+    if (!absent(v = json_object_get(body, "logprobs"))) {
+        if (!json_is_false(v)) return unsupported(e, "logprobs", "log probabilities are not computed");
+    }
+    if (!absent(v = json_object_get(body, "top_logprobs")))
+        return unsupported(e, "top_logprobs", "log probabilities are not computed");
+    const char *pen[] = {"presence_penalty", "frequency_penalty"};
+    for (int i = 0; i < 2; i++)
+        if (!absent(v = json_object_get(body, pen[i]))) {
+            if (get_number(v, pen[i], -2, 2, &d, e)) return -1;
+            if (d != 0) return unsupported(e, pen[i], "only 0 is accepted");
+        }
+    if (!absent(v = json_object_get(body, "logit_bias"))) {
+        if (!json_is_object(v)) return pl_srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object");
+        if (json_object_size(v) > 0) return unsupported(e, "logit_bias", NULL);
+    }
+    if (!absent(v = json_object_get(body, "response_format"))) {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!json_is_object(v) || !json_is_string(t))
+            return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                               "'response_format' must be an object with a string 'type'");
+        if (strcmp(json_string_value(t), "text") != 0)
+            return unsupported(e, "response_format", "only {\"type\": \"text\"} is accepted");
+    }
+    if (!absent(v = json_object_get(body, "tools"))) {
+        if (!json_is_array(v)) return pl_srv_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+        if (json_array_size(v) > 0) return unsupported(e, "tools", "tool calling is not implemented");
+    }
+    if (!absent(v = json_object_get(body, "tool_choice")))
+        if (!(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+            return unsupported(e, "tool_choice", "tool calling is not implemented");
+    if (!absent(v = json_object_get(body, "functions"))) return unsupported(e, "functions", NULL);
+    if (!absent(v = json_object_get(body, "function_call"))) return unsupported(e, "function_call", NULL);
+    if (!absent(v = json_object_get(body, "echo"))) {
+        bool b = false;
+        if (get_bool(v, "echo", &b, e)) return -1;
+        if (b) return unsupported(e, "echo", NULL);
+    }
+    if (!absent(v = json_object_get(body, "suffix"))) {
+        if (!json_is_string(v)) return pl_srv_fail(e, 400, "suffix", "invalid_type", "'suffix' must be a string");
+        if (json_string_length(v) > 0) return unsupported(e, "suffix", "insertion is not implemented");
+    }
+    if (!absent(v = json_object_get(body, "best_of"))) {
+        long long b;
+        if (get_int(v, "best_of", 1, 1000, &b, e)) return -1;
+        if (b != 1) return unsupported(e, "best_of", "only 1 is accepted");
+    }
+    return 0;
+}
+
+/* Logs fields this server does not know (they are ignored). */
+static void log_unknown(json_t *body, pl_srv_kind kind) {
+    static const char *common[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
+                                   "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "user",
+                                   "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
+                                   "logit_bias", "response_format", "tools", "tool_choice", "functions",
+                                   "function_call", "echo", "suffix", "best_of", "return_tokens", "store",
+                                   "metadata", "service_tier", "parallel_tool_calls", NULL};
+    static const char *chat[] = {"messages", "chat_template_kwargs", "reasoning_effort", "reasoning_format", NULL};
+    static const char *compl[] = {"prompt", NULL};
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        bool known = false;
+        for (int i = 0; common[i] && !known; i++) known = !strcmp(key, common[i]);
+        const char **extra = kind == PL_SRV_CHAT ? chat : compl;
+        for (int i = 0; extra[i] && !known; i++) known = !strcmp(key, extra[i]);
+        if (!known) {
+            char safe[64];
+            size_t n = 0;
+            for (const char *p = key; *p && n + 1 < sizeof safe; p++)
+                safe[n++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+            safe[n] = 0;
+            pl_srv_log("ignoring unknown field '%s'", safe);
+        }
+    }
+}
+
+/* ---- messages ---------------------------------------------------------------*/
+
+/* Flattens a message content (string, null or array of text parts). */
+static int content_text(json_t *c, const char *where, pl_srv_buf *out, pl_srv_error *e) {
+    if (absent(c)) return 0;
+    if (json_is_string(c)) return pl_srv_buf_add(out, json_string_value(c), json_string_length(c));
+    if (!json_is_array(c))
+        return pl_srv_fail(e, 400, "messages", "invalid_type", "%s.content must be a string or an array", where);
+    size_t i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type))
+            return pl_srv_fail(e, 400, "messages", "invalid_type", "%s.content[%zu] must be an object with a 'type'",
+                               where, i);
+        if (strcmp(json_string_value(type), "text") != 0)
+            return pl_srv_fail(e, 400, "messages", "unsupported_parameter",
+                               "%s.content[%zu]: only text parts are supported", where, i);
+        if (!json_is_string(text))
+            return pl_srv_fail(e, 400, "messages", "invalid_type", "%s.content[%zu].text must be a string", where, i);
+        if ((out->n && pl_srv_buf_add(out, "\n", 1)) ||
+            pl_srv_buf_add(out, json_string_value(text), json_string_length(text)))
+            return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* Validates messages; returns [{role, content[, reasoning_content]}]. */
+static json_t *normalize_messages(json_t *msgs, pl_srv_error *e) {
+    if (absent(msgs)) { pl_srv_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required"); return NULL; }
+    if (!json_is_array(msgs)) { pl_srv_fail(e, 400, "messages", "invalid_type", "'messages' must be an array"); return NULL; }
+    if (json_array_size(msgs) == 0) { pl_srv_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty"); return NULL; }
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        char where[32];
+        snprintf(where, sizeof where, "messages[%zu]", i);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_object(m) || !json_is_string(role)) {
+            pl_srv_fail(e, 400, "messages", "invalid_type", "%s must be an object with a string 'role'", where);
+            goto bad;
+        }
+        const char *r = json_string_value(role);
+        if (!strcmp(r, "developer")) r = "system";
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool")) {
+            pl_srv_fail(e, 400, "messages", "invalid_value", "%s has an unknown role", where);
+            goto bad;
+        }
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (!absent(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
+            pl_srv_fail(e, 400, "messages", "unsupported_parameter", "%s: tool calls are not supported", where);
+            goto bad;
+        }
+        pl_srv_buf text = {0};
+        if (content_text(json_object_get(m, "content"), where, &text, e)) { pl_srv_buf_free(&text); goto bad; }
+        json_t *nm = json_pack("{s:s, s:o}", "role", r, "content", json_stringn(text.p ? text.p : "", text.n));
+        pl_srv_buf_free(&text);
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (!absent(rc)) {
+            if (!json_is_string(rc)) {
+                json_decref(nm);
+                pl_srv_fail(e, 400, "messages", "invalid_type", "%s.reasoning_content must be a string", where);
+                goto bad;
+            }
+            json_object_set(nm, "reasoning_content", rc);
+        }
+        json_array_append_new(out, nm);
+    }
+    return out;
+bad:
+    json_decref(out);
+    return NULL;
+}
+
+/* ---- prompts ----------------------------------------------------------------*/
+
+static int add_prompt(pl_srv_request *r, int32_t *ids, size_t n) {
+    int32_t **p = realloc(r->prompts, (size_t)(r->n_prompts + 1) * sizeof *p);
+    if (!p) { pl_free(ids); return -1; }
+    r->prompts = p;
+    size_t *np = realloc(r->n_prompt_tok, (size_t)(r->n_prompts + 1) * sizeof *np);
+    if (!np) { pl_free(ids); return -1; }
+    r->n_prompt_tok = np;
+    r->prompts[r->n_prompts] = ids;
+    r->n_prompt_tok[r->n_prompts] = n;
+    r->n_prompts++;
+    return 0;
+}
+
+static int token_array(pl_srv *s, json_t *arr, const char *where, int32_t **ids, size_t *n, pl_srv_error *e) {
+    size_t len = json_array_size(arr);
+    int32_t *t = malloc((len ? len : 1) * sizeof *t);
+    if (!t) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; i < len; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->n_vocab) {
+            free(t);
+            return pl_srv_fail(e, 400, "prompt", "invalid_value", "%s[%zu] is not a token id (0..%d)", where, i,
+                               s->n_vocab - 1);
+        }
+        t[i] = (int32_t)json_integer_value(v);
+    }
+    /* pl_free is free(): the same allocator as pl_tokenize's output. */
+    *ids = t;
+    *n = len;
+    return 0;
+}
+
+static int completion_prompts(pl_srv *s, json_t *p, pl_srv_request *r, pl_srv_error *e) {
+    if (absent(p)) return pl_srv_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
+    int32_t *ids;
+    size_t n;
+    if (json_is_string(p)) {
+        if (pl_tokenize(s->model, json_string_value(p), json_string_length(p), true, NULL, &ids, &n) != PL_OK)
+            return pl_srv_fail(e, 400, "prompt", NULL, "cannot tokenize the prompt: %s", pl_last_error());
+        return add_prompt(r, ids, n) ? pl_srv_fail(e, 500, NULL, NULL, "out of memory") : 0;
+    }
+    if (!json_is_array(p) || json_array_size(p) == 0)
+        return pl_srv_fail(e, 400, "prompt", "invalid_type",
+                           "'prompt' must be a string, an array of strings, or an array of token ids");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_integer(first)) {
+        if (token_array(s, p, "prompt", &ids, &n, e)) return -1;
+        return add_prompt(r, ids, n) ? pl_srv_fail(e, 500, NULL, NULL, "out of memory") : 0;
+    }
+    size_t i;
+    json_t *v;
+    json_array_foreach(p, i, v) {
+        char where[32];
+        snprintf(where, sizeof where, "prompt[%zu]", i);
+        if (json_is_string(v)) {
+            if (pl_tokenize(s->model, json_string_value(v), json_string_length(v), true, NULL, &ids, &n) != PL_OK)
+                return pl_srv_fail(e, 400, "prompt", NULL, "cannot tokenize %s: %s", where, pl_last_error());
+        } else if (json_is_array(v)) {
+            if (token_array(s, v, where, &ids, &n, e)) return -1;
+        } else {
+            return pl_srv_fail(e, 400, "prompt", "invalid_type", "%s must be a string or an array of token ids", where);
+        }
+        if (add_prompt(r, ids, n)) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    }
+    return 0;
+}
+
+/* ---- the request ------------------------------------------------------------*/
+
+static int parse_stop(json_t *v, pl_srv_request *r, pl_srv_error *e) {
+    if (absent(v)) return 0;
+    json_t *one = json_is_string(v) ? v : NULL;
+    size_t n = one ? 1 : json_is_array(v) ? json_array_size(v) : 0;
+    if (!one && !json_is_array(v))
+        return pl_srv_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+    if (n > PL_SRV_MAX_STOPS)
+        return pl_srv_fail(e, 400, "stop", "invalid_value", "at most %d stop strings are accepted", PL_SRV_MAX_STOPS);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = one ? one : json_array_get(v, i);
+        if (!json_is_string(x)) return pl_srv_fail(e, 400, "stop", "invalid_type", "stop[%zu] must be a string", i);
+        if (json_string_length(x) == 0) continue; /* matches nothing */
+        char *c = malloc(json_string_length(x) + 1);
+        if (!c) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+        memcpy(c, json_string_value(x), json_string_length(x) + 1);
+        if (strlen(c) != json_string_length(x)) {
+            free(c);
+            return pl_srv_fail(e, 400, "stop", "invalid_value", "stop[%zu] contains a NUL character", i);
+        }
+        r->stops[r->n_stops++] = c;
+    }
+    return 0;
+}
+
+static int parse_sampling(json_t *body, pl_srv_request *r, pl_srv_error *e, bool *seed_given, uint64_t *seed) {
+    json_t *v;
+    double d;
+    long long k;
+    /* Defaults are llama.cpp server's. */
+    r->sp = pl_sampler_default_params();
+    r->sp.temperature = 0.8f;
+    r->sp.top_k = 40;
+    r->sp.top_p = 0.95f;
+    r->sp.min_p = 0.05f;
+    if (!absent(v = json_object_get(body, "temperature"))) {
+        if (get_number(v, "temperature", 0, 2, &d, e)) return -1;
+        r->sp.temperature = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "top_p"))) {
+        if (get_number(v, "top_p", 0, 1, &d, e)) return -1;
+        r->sp.top_p = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "min_p"))) {
+        if (get_number(v, "min_p", 0, 1, &d, e)) return -1;
+        r->sp.min_p = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "top_k"))) {
+        if (get_int(v, "top_k", 0, 1 << 30, &k, e)) return -1;
+        r->sp.top_k = (int32_t)k;
+    }
+    *seed_given = false;
+    if (!absent(v = json_object_get(body, "seed"))) {
+        if (get_int(v, "seed", INT64_MIN, INT64_MAX, &k, e)) return -1;
+        *seed = (uint64_t)k;
+        *seed_given = true;
+    }
+    return 0;
+}
+
+pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, pl_srv_error *e) {
+    if (!json_is_object(body)) {
+        pl_srv_fail(e, 400, NULL, "invalid_type", "the request body must be a JSON object");
+        return NULL;
+    }
+    pl_srv_request *r = pl_srv_request_new();
+    if (!r) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); return NULL; }
+    r->kind = kind;
+    json_t *v, *msgs = NULL, *kwargs = NULL;
+    long long k;
+    if (check_unsupported(body, e)) goto bad;
+    log_unknown(body, kind);
+
+    if (!absent(v = json_object_get(body, "model")) && !json_is_string(v)) {
+        pl_srv_fail(e, 400, "model", "invalid_type", "'model' must be a string");
+        goto bad;
+    }
+    if (!absent(v = json_object_get(body, "user")) && !json_is_string(v)) {
+        pl_srv_fail(e, 400, "user", "invalid_type", "'user' must be a string");
+        goto bad;
+    }
+    if (!absent(v = json_object_get(body, "stream")) && get_bool(v, "stream", &r->stream, e)) goto bad;
+    if (!absent(v = json_object_get(body, "stream_options"))) {
+        if (!json_is_object(v)) { pl_srv_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object"); goto bad; }
+        json_t *iu = json_object_get(v, "include_usage");
+        if (!absent(iu) && get_bool(iu, "stream_options.include_usage", &r->include_usage, e)) goto bad;
+    }
+    if (!absent(v = json_object_get(body, "return_tokens")) && get_bool(v, "return_tokens", &r->return_tokens, e)) goto bad;
+    /* max_completion_tokens is the newer name; it wins when both are set. */
+    if (!absent(v = json_object_get(body, "max_tokens"))) {
+        if (get_int(v, "max_tokens", 1, INT32_MAX, &k, e)) goto bad;
+        r->max_tokens = k;
+    }
+    if (!absent(v = json_object_get(body, "max_completion_tokens"))) {
+        if (get_int(v, "max_completion_tokens", 1, INT32_MAX, &k, e)) goto bad;
+        r->max_tokens = k;
+    }
+    long long n_choices = 1;
+    if (!absent(v = json_object_get(body, "n")) && get_int(v, "n", 1, 128, &n_choices, e)) goto bad;
+    bool seed_given;
+    uint64_t seed = 0;
+    if (parse_sampling(body, r, e, &seed_given, &seed)) goto bad;
+    if (parse_stop(json_object_get(body, "stop"), r, e)) goto bad;
+
+    if (kind == PL_SRV_CHAT) {
+        r->parse_reasoning = true;
+        if (!absent(v = json_object_get(body, "chat_template_kwargs")) && !json_is_object(v)) {
+            pl_srv_fail(e, 400, "chat_template_kwargs", "invalid_type", "'chat_template_kwargs' must be an object");
+            goto bad;
+        }
+        kwargs = json_is_object(v) ? json_deep_copy(v) : json_object();
+        if (!absent(v = json_object_get(body, "reasoning_effort"))) {
+            const char *x = json_is_string(v) ? json_string_value(v) : NULL;
+            if (!x || (strcmp(x, "none") && strcmp(x, "minimal") && strcmp(x, "low") && strcmp(x, "medium") &&
+                       strcmp(x, "high"))) {
+                pl_srv_fail(e, 400, "reasoning_effort", "invalid_value",
+                            "'reasoning_effort' must be one of none, minimal, low, medium, high");
+                goto bad;
+            }
+            /* Explicit chat_template_kwargs win over the effort. */
+            if (!strcmp(x, "none") && !json_object_get(kwargs, "enable_thinking"))
+                json_object_set_new(kwargs, "enable_thinking", json_false());
+        }
+        if (!absent(v = json_object_get(body, "reasoning_format"))) {
+            const char *x = json_is_string(v) ? json_string_value(v) : NULL;
+            if (!x || (strcmp(x, "none") && strcmp(x, "deepseek") && strcmp(x, "auto"))) {
+                pl_srv_fail(e, 400, "reasoning_format", "invalid_value",
+                            "'reasoning_format' must be one of none, deepseek, auto");
+                goto bad;
+            }
+            r->parse_reasoning = strcmp(x, "none") != 0;
+        }
+        msgs = normalize_messages(json_object_get(body, "messages"), e);
+        if (!msgs) goto bad;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        if (pl_srv_chat_prompt(s, msgs, kwargs, &ids, &n, &r->think_open, e)) goto bad;
+        if (add_prompt(r, ids, n)) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+    } else {
+        if (completion_prompts(s, json_object_get(body, "prompt"), r, e)) goto bad;
+    }
+    const char *pname = kind == PL_SRV_CHAT ? "messages" : "prompt";
+    for (int i = 0; i < r->n_prompts; i++) {
+        if (r->n_prompt_tok[i] == 0) {
+            pl_srv_fail(e, 400, pname, "invalid_value", "the prompt is empty");
+            goto bad;
+        }
+        if (r->n_prompt_tok[i] > (size_t)s->n_ctx) {
+            pl_srv_fail(e, 400, pname, "context_length_exceeded",
+                        "This model's maximum context length is %d tokens, but the prompt has %zu tokens",
+                        s->n_ctx, r->n_prompt_tok[i]);
+            goto bad;
+        }
+        r->usage_prompt += r->n_prompt_tok[i];
+    }
+    if ((long long)r->n_prompts * n_choices > s->n_seq) {
+        pl_srv_fail(e, 400, "n", "invalid_value",
+                    "%lld choices x %d prompts need more sequences than the server runs in parallel (%d)", n_choices,
+                    r->n_prompts, s->n_seq);
+        goto bad;
+    }
+
+    r->n_seqs = r->n_prompts * (int)n_choices;
+    r->seqs = calloc((size_t)r->n_seqs, sizeof *r->seqs);
+    if (!r->seqs) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
+    if (!seed_given) seed = srv_random();
+    for (int i = 0; i < r->n_seqs; i++) {
+        pl_srv_seq *q = &r->seqs[i];
+        q->req = r;
+        q->index = i;
+        q->slot = -1;
+        q->state = PL_SEQ_QUEUED;
+        q->prompt = r->prompts[i / n_choices];
+        q->n_prompt = r->n_prompt_tok[i / n_choices];
+        pl_srv_text_init(&q->text, (const char *const *)r->stops, r->n_stops, r->parse_reasoning, r->think_open);
+        /* Choice i draws from seed + i: one seed reproduces every choice,
+         * and choices differ from each other. */
+        pl_sampler_params sp = r->sp;
+        sp.seed = seed + (uint64_t)i;
+        if (pl_sampler_create(&sp, s->n_vocab, &q->smp) != PL_OK) {
+            pl_srv_fail(e, 400, NULL, NULL, "bad sampling parameters: %s", pl_last_error());
+            goto bad;
+        }
+    }
+    snprintf(r->id, sizeof r->id, "%s%016llx%08llx", kind == PL_SRV_CHAT ? "chatcmpl-" : "cmpl-",
+             (unsigned long long)srv_random(), (unsigned long long)(srv_random() & 0xffffffffu));
+    r->created = (long long)time(NULL);
+    json_decref(msgs);
+    json_decref(kwargs);
+    return r;
+bad:
+    json_decref(msgs);
+    json_decref(kwargs);
+    pl_srv_request_unref(r);
+    return NULL;
+}
+
+/* ---- responses ----------------------------------------------------------------*/
+
+static const char *model_name(pl_srv *s) { return s->model_id; }
+
+json_t *pl_srv_usage_json(pl_srv_request *r) {
+    size_t gen = 0;
+    for (int i = 0; i < r->n_seqs; i++) gen += r->seqs[i].n_tokens;
+    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->usage_prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)(r->usage_prompt + gen));
+}
+
+static json_t *tokens_json(const pl_srv_seq *q) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < q->n_tokens; i++) json_array_append_new(a, json_integer(q->tokens[i]));
+    return a;
+}
+
+static json_t *envelope(pl_srv *s, pl_srv_request *r, const char *object) {
+    char fp[64];
+    snprintf(fp, sizeof fp, "pocketllm-%s", pl_version());
+    return json_pack("{s:s, s:s, s:I, s:s, s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created,
+                     "model", model_name(s), "system_fingerprint", fp);
+}
+
+/* Called with r->mu held or after every sequence is done. */
+json_t *pl_srv_response_json(pl_srv *s, pl_srv_request *r) {
+    bool chat = r->kind == PL_SRV_CHAT;
+    json_t *o = envelope(s, r, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n_seqs; i++) {
+        pl_srv_seq *q = &r->seqs[i];
+        json_t *c;
+        if (chat) {
+            json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jstr(q->text.content.p, q->text.content.n));
+            if (q->text.reasoning.n)
+                json_object_set_new(msg, "reasoning_content", jstr(q->text.reasoning.p, q->text.reasoning.n));
+            c = json_pack("{s:i, s:o, s:n, s:s}", "index", q->index, "message", msg, "logprobs", "finish_reason",
+                          q->finish ? q->finish : "stop");
+        } else {
+            c = json_pack("{s:i, s:o, s:n, s:s}", "index", q->index, "text", jstr(q->text.content.p, q->text.content.n),
+                          "logprobs", "finish_reason", q->finish ? q->finish : "stop");
+        }
+        if (r->return_tokens) json_object_set_new(c, "tokens", tokens_json(q));
+        json_array_append_new(choices, c);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", pl_srv_usage_json(r));
+    if (r->return_tokens) {
+        /* Extension (as vLLM's): the prompt as the model saw it. */
+        json_t *pt = json_array();
+        for (int p = 0; p < r->n_prompts; p++) {
+            json_t *a = json_array();
+            for (size_t i = 0; i < r->n_prompt_tok[p]; i++) json_array_append_new(a, json_integer(r->prompts[p][i]));
+            json_array_append_new(pt, a);
+        }
+        json_object_set_new(o, "prompt_token_ids", r->n_prompts == 1 ? json_incref(json_array_get(pt, 0)) : json_incref(pt));
+        json_decref(pt);
+    }
+    return o;
+}
+
+json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, const char *content, size_t n_content,
+                          const char *reasoning, size_t n_reasoning, const char *finish) {
+    bool chat = r->kind == PL_SRV_CHAT;
+    json_t *o = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *c = json_pack("{s:i}", "index", index);
+    if (chat) {
+        json_t *delta = json_object();
+        if (role) json_object_set_new(delta, "role", json_string("assistant"));
+        if (role || content) json_object_set_new(delta, "content", jstr(content, content ? n_content : 0));
+        if (reasoning) json_object_set_new(delta, "reasoning_content", jstr(reasoning, n_reasoning));
+        json_object_set_new(c, "delta", delta);
+    } else {
+        json_object_set_new(c, "text", jstr(content, content ? n_content : 0));
+    }
+    json_object_set_new(c, "logprobs", json_null());
+    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
+    if (finish && r->return_tokens) {
+        for (int i = 0; i < r->n_seqs; i++)
+            if (r->seqs[i].index == index) json_object_set_new(c, "tokens", tokens_json(&r->seqs[i]));
+    }
+    json_object_set_new(o, "choices", json_pack("[o]", c));
+    if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    return o;
+}
+
+json_t *pl_srv_usage_chunk_json(pl_srv *s, pl_srv_request *r) {
+    json_t *o = envelope(s, r, r->kind == PL_SRV_CHAT ? "chat.completion.chunk" : "text_completion");
+    json_object_set_new(o, "choices", json_array());
+    json_object_set_new(o, "usage", pl_srv_usage_json(r));
+    return o;
+}
+
+json_t *pl_srv_models_json(pl_srv *s) {
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", model_name(s), "object", "model", "created",
+                          (json_int_t)s->started, "owned_by", "pocketllm");
+    if (atomic_load(&s->state) == PL_SRV_READY)
+        json_object_set_new(m, "meta", json_pack("{s:i, s:i, s:i, s:s}", "n_ctx", s->n_ctx, "n_vocab", s->n_vocab,
+                                                 "n_parallel", s->n_seq, "arch", pl_model_arch(s->model)));
+    return json_pack("{s:s, s:[o]}", "object", "list", "data", m);
+}

@@ -1,0 +1,442 @@
+/*
+ * The scheduler of `pocketllm serve`: a bounded FIFO queue of requests and
+ * one thread that owns the model and runs continuous batching.
+ *
+ * Each step builds a single pl_batch: first one decode token for every
+ * sequence that is generating, then prompt tokens of sequences still in
+ * prefill (oldest admission first) up to the step's token budget. Logits are
+ * requested for the decode tokens and for the last prompt token of a prompt
+ * that completes in this step, so each slot contributes at most one row (the
+ * engine returns at most n_seq rows per sub-batch). Every sequence has its
+ * own slot, positions restarting at 0, and its own sampler, so batching does
+ * not change what any one request generates.
+ *
+ * A request needs one free slot per choice (n x prompts); it is admitted
+ * whole, in arrival order, when that many slots are free.
+ */
+#include "server.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double pl_srv_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+void pl_srv_log(const char *fmt, ...) {
+    char line[1024];
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    int k = snprintf(line, sizeof line, "%02d:%02d:%02d.%03ld serve: ", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     ts.tv_nsec / 1000000);
+    va_list ap;
+    va_start(ap, fmt);
+    if (k > 0 && (size_t)k < sizeof line) vsnprintf(line + k, sizeof line - (size_t)k, fmt, ap);
+    va_end(ap);
+    /* One write per line keeps lines from different threads whole. */
+    fprintf(stderr, "%s\n", line);
+}
+
+pl_srv_request *pl_srv_request_new(void) {
+    pl_srv_request *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    atomic_init(&r->refs, 1);
+    atomic_init(&r->cancelled, false);
+    pthread_mutex_init(&r->mu, NULL);
+    /* Waiters use timed waits on the monotonic clock (wall-clock jumps must
+     * not stall a stream). */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    r->max_tokens = -1;
+    return r;
+}
+
+void pl_srv_request_unref(pl_srv_request *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    for (int i = 0; i < r->n_seqs; i++) {
+        pl_srv_text_free(&r->seqs[i].text);
+        free(r->seqs[i].tokens);
+        pl_sampler_free(r->seqs[i].smp);
+    }
+    free(r->seqs);
+    for (int i = 0; i < r->n_prompts; i++) pl_free(r->prompts[i]);
+    free(r->prompts);
+    free(r->n_prompt_tok);
+    for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r);
+}
+
+int pl_srv_submit(pl_srv *s, pl_srv_request *r) {
+    pthread_mutex_lock(&s->mu);
+    s->m_requests++;
+    if (s->stop_sched || s->q_len >= s->cfg.queue) {
+        s->m_rejected++;
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    atomic_fetch_add(&r->refs, 1);
+    r->t_submit = pl_srv_now();
+    r->next = NULL;
+    if (s->q_tail) s->q_tail->next = r;
+    else s->q_head = r;
+    s->q_tail = r;
+    s->q_len++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+void pl_srv_cancel(pl_srv *s, pl_srv_request *r) {
+    if (atomic_exchange(&r->cancelled, true)) return;
+    /* Wake the scheduler: it drops queued requests only when it runs. */
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- scheduler thread ------------------------------------------------------*/
+
+/* Marks seq finished and frees its slot. Returns true when that was the last
+ * running sequence of its request (the scheduler then drops its reference). */
+static bool seq_finish(pl_srv *s, pl_srv_seq *q, const char *finish) {
+    pl_srv_request *r = q->req;
+    if (q->slot >= 0) {
+        s->slot_seq[q->slot] = NULL;
+        q->slot = -1;
+    }
+    q->state = PL_SEQ_DONE;
+    pthread_mutex_lock(&r->mu);
+    if (!q->done) {
+        pl_srv_text_finish(&q->text);
+        q->done = true;
+        q->finish = finish;
+        r->n_done++;
+    }
+    bool last = r->n_done == r->n_seqs;
+    if (last) r->t_done = pl_srv_now();
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return last;
+}
+
+static void request_fail(pl_srv *s, pl_srv_request *r, int http, const char *msg) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->failed) {
+        r->failed = true;
+        r->fail_http = http;
+        snprintf(r->fail_msg, sizeof r->fail_msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&r->mu);
+    bool last = false;
+    for (int i = 0; i < r->n_seqs; i++)
+        if (r->seqs[i].state != PL_SEQ_DONE) last = seq_finish(s, &r->seqs[i], "error");
+    if (last) pl_srv_request_unref(r);
+}
+
+static int free_slots(pl_srv *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
+    return n;
+}
+
+/* Under s->mu: drops cancelled requests from the queue, then admits from the
+ * head while enough slots are free. */
+static void admit(pl_srv *s) {
+    pl_srv_request **pp = &s->q_head, *prev = NULL;
+    while (*pp) {
+        pl_srv_request *r = *pp;
+        if (atomic_load(&r->cancelled)) {
+            *pp = r->next;
+            if (s->q_tail == r) s->q_tail = prev;
+            s->q_len--;
+            s->m_cancelled++;
+            pl_srv_request_unref(r);
+            continue;
+        }
+        prev = r;
+        pp = &r->next;
+    }
+    while (s->q_head && s->q_head->n_seqs <= free_slots(s)) {
+        pl_srv_request *r = s->q_head;
+        s->q_head = r->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->q_len--;
+        for (int i = 0; i < r->n_seqs; i++) {
+            pl_srv_seq *q = &r->seqs[i];
+            int slot = 0;
+            while (s->slot_seq[slot]) slot++;
+            s->slot_seq[slot] = q;
+            q->slot = slot;
+            q->state = PL_SEQ_PREFILL;
+            q->admit_no = s->admit_counter++;
+            q->n_fed = 0;
+            q->pos = 0;
+        }
+    }
+    s->slots_busy = s->n_seq - free_slots(s);
+}
+
+/* Records a sampled token; decides whether the sequence ends here. */
+static void seq_token(pl_srv *s, pl_srv_seq *q, int32_t tok, uint64_t *n_gen) {
+    pl_srv_request *r = q->req;
+    const char *finish = NULL;
+    char piece_small[256], *piece = piece_small;
+    size_t len = 0;
+    bool eog = pl_token_is_eog(s->model, tok);
+    if (!eog && pl_token_to_piece(s->model, tok, false, piece_small, sizeof piece_small, &len) != PL_OK) {
+        piece = len ? malloc(len) : NULL;
+        if (!piece || pl_token_to_piece(s->model, tok, false, piece, len, &len) != PL_OK) len = 0;
+    }
+    pthread_mutex_lock(&r->mu);
+    if (r->t_first == 0) r->t_first = pl_srv_now();
+    if (q->n_tokens == q->cap_tokens) {
+        size_t cap = q->cap_tokens ? q->cap_tokens * 2 : 64;
+        int32_t *t = realloc(q->tokens, cap * sizeof *t);
+        if (t) { q->tokens = t; q->cap_tokens = cap; }
+    }
+    if (q->n_tokens < q->cap_tokens) q->tokens[q->n_tokens++] = tok;
+    (*n_gen)++;
+    if (eog) finish = "stop";
+    else {
+        int rc = pl_srv_text_push(&q->text, piece, len);
+        if (rc == 1) finish = "stop";
+    }
+    pthread_cond_broadcast(&r->cv);
+    size_t n_gen_seq = q->n_tokens;
+    pthread_mutex_unlock(&r->mu);
+    if (piece != piece_small) free(piece);
+
+    q->next_tok = tok;
+    q->state = PL_SEQ_DECODE;
+    if (!finish && r->max_tokens >= 0 && (long long)n_gen_seq >= r->max_tokens) finish = "length";
+    /* The token would be fed at q->pos: past the context there is no room. */
+    if (!finish && q->pos >= s->n_ctx) finish = "length";
+    if (finish && seq_finish(s, q, finish)) pl_srv_request_unref(r);
+}
+
+/* Cancelled requests leave at once; their slots are free for this step. */
+static void reap_cancelled(pl_srv *s, uint64_t *n_cancelled) {
+    for (int i = 0; i < s->n_seq; i++) {
+        pl_srv_seq *q = s->slot_seq[i];
+        if (!q || !atomic_load(&q->req->cancelled)) continue;
+        pl_srv_request *r = q->req;
+        bool last = false;
+        for (int k = 0; k < r->n_seqs; k++)
+            if (r->seqs[k].state != PL_SEQ_DONE) last = seq_finish(s, &r->seqs[k], "cancelled");
+        if (last) {
+            (*n_cancelled)++;
+            pl_srv_request_unref(r);
+        }
+    }
+}
+
+static void *sched_main(void *arg) {
+    pl_srv *s = arg;
+    const int n_seq = s->n_seq;
+    const size_t n_vocab = (size_t)s->n_vocab;
+    const int cap = s->n_batch + n_seq;
+    int32_t *tok = malloc((size_t)cap * sizeof *tok);
+    int32_t *pos = malloc((size_t)cap * sizeof *pos);
+    int32_t *seq = malloc((size_t)cap * sizeof *seq);
+    bool *want = malloc((size_t)cap * sizeof *want);
+    pl_srv_seq **rows = malloc((size_t)n_seq * sizeof *rows);
+    pl_srv_seq **order = malloc((size_t)n_seq * sizeof *order);
+    float *logits = malloc((size_t)n_seq * n_vocab * sizeof *logits);
+    if (!tok || !pos || !seq || !want || !rows || !order || !logits) {
+        pl_srv_log("scheduler: out of memory; generation is unavailable");
+        pthread_mutex_lock(&s->mu);
+        while (!s->stop_sched) pthread_cond_wait(&s->cv, &s->mu);
+        pthread_mutex_unlock(&s->mu);
+        goto out;
+    }
+
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        if (s->stop_sched) break;
+        admit(s);
+        int active = n_seq - free_slots(s);
+        if (active == 0) {
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        pthread_mutex_unlock(&s->mu);
+
+        uint64_t n_cancelled = 0, n_gen = 0, n_prompt = 0;
+        reap_cancelled(s, &n_cancelled);
+
+        /* Decode tokens first: they are cheap and keep streams flowing. */
+        int nb = 0, nrows = 0, norder = 0;
+        for (int i = 0; i < n_seq; i++) {
+            pl_srv_seq *q = s->slot_seq[i];
+            if (!q) continue;
+            if (q->state == PL_SEQ_DECODE) {
+                tok[nb] = q->next_tok;
+                pos[nb] = q->pos;
+                seq[nb] = q->slot;
+                want[nb] = true;
+                rows[nrows++] = q;
+                nb++;
+            } else if (q->state == PL_SEQ_PREFILL) {
+                order[norder++] = q;
+            }
+        }
+        /* Prefill in admission order within the remaining budget. */
+        for (int i = 1; i < norder; i++)
+            for (int j = i; j > 0 && order[j]->admit_no < order[j - 1]->admit_no; j--) {
+                pl_srv_seq *t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
+            }
+        int budget = s->n_batch - nb;
+        if (budget < 1) budget = 1;
+        for (int i = 0; i < norder && budget > 0; i++) {
+            pl_srv_seq *q = order[i];
+            size_t k = q->n_prompt - q->n_fed;
+            if (k > (size_t)budget) k = (size_t)budget;
+            for (size_t j = 0; j < k; j++) {
+                size_t p = q->n_fed + j;
+                tok[nb] = q->prompt[p];
+                pos[nb] = (int32_t)p;
+                seq[nb] = q->slot;
+                want[nb] = p + 1 == q->n_prompt;
+                if (want[nb]) rows[nrows++] = q;
+                nb++;
+            }
+            q->chunk = k;
+            budget -= (int)k;
+            n_prompt += k;
+        }
+
+        pl_status st = PL_OK;
+        double t0 = pl_srv_now();
+        if (nb > 0) {
+            pl_batch b = {nb, tok, pos, seq, want};
+            st = pl_model_forward(s->model, &b, logits);
+        }
+        double dt = pl_srv_now() - t0;
+
+        if (st != PL_OK) {
+            char msg[256];
+            snprintf(msg, sizeof msg, "inference failed: %s", pl_last_error());
+            pl_srv_log("%s", msg);
+            /* Every sequence in the batch is in an unknown state: fail them. */
+            for (int i = 0; i < n_seq; i++) {
+                pl_srv_seq *q = s->slot_seq[i];
+                if (q) request_fail(s, q->req, 500, msg);
+            }
+            pthread_mutex_lock(&s->mu);
+            s->m_failed++;
+            continue;
+        }
+        /* Advance positions for what was fed, then sample. */
+        for (int i = 0; i < n_seq; i++) {
+            pl_srv_seq *q = s->slot_seq[i];
+            if (!q) continue;
+            if (q->state == PL_SEQ_DECODE) q->pos++;
+            else if (q->state == PL_SEQ_PREFILL) {
+                q->n_fed += q->chunk;
+                q->pos = (int32_t)q->n_fed;
+                q->chunk = 0;
+            }
+        }
+        for (int i = 0; i < nrows; i++) {
+            pl_srv_seq *q = rows[i];
+            if (q->state == PL_SEQ_DONE) continue;
+            int32_t t = pl_sampler_sample(q->smp, logits + (size_t)i * n_vocab);
+            seq_token(s, q, t, &n_gen);
+        }
+
+        pthread_mutex_lock(&s->mu);
+        s->m_steps++;
+        s->m_busy_s += dt;
+        s->m_gen_tok += n_gen;
+        s->m_prompt_tok += n_prompt;
+        s->m_cancelled += n_cancelled;
+        double now = pl_srv_now();
+        if (s->win_t0 == 0) s->win_t0 = now;
+        s->win_tok += n_gen;
+        if (now - s->win_t0 >= 1.0) {
+            s->rate = s->win_tok / (now - s->win_t0);
+            s->win_t0 = now;
+            s->win_tok = 0;
+        }
+        s->slots_busy = n_seq - free_slots(s);
+    }
+    /* Shutting down: everything still queued or running fails with 503. */
+    while (s->q_head) {
+        pl_srv_request *r = s->q_head;
+        s->q_head = r->next;
+        s->q_len--;
+        pthread_mutex_unlock(&s->mu);
+        /* request_fail drops the queue's reference with the last sequence. */
+        request_fail(s, r, 503, "the server is shutting down");
+        pthread_mutex_lock(&s->mu);
+    }
+    s->q_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n_seq; i++)
+        if (s->slot_seq[i]) request_fail(s, s->slot_seq[i]->req, 503, "the server is shutting down");
+out:
+    free(tok); free(pos); free(seq); free(want); free(rows); free(order); free(logits);
+    return NULL;
+}
+
+pl_status pl_srv_sched_start(pl_srv *s) {
+    s->slot_seq = calloc((size_t)s->n_seq, sizeof *s->slot_seq);
+    if (!s->slot_seq) return PL_ERR_NO_MEMORY;
+    if (pthread_create(&s->sched, NULL, sched_main, s) != 0) return PL_ERR_INTERNAL;
+    s->sched_running = true;
+    return PL_OK;
+}
+
+void pl_srv_sched_stop(pl_srv *s) {
+    if (!s->sched_running) return;
+    pthread_mutex_lock(&s->mu);
+    s->stop_sched = true;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->sched, NULL);
+    s->sched_running = false;
+}
+
+/* ---- metrics ----------------------------------------------------------------*/
+
+static void metric(pl_srv_buf *o, const char *name, const char *type, const char *help, double v) {
+    pl_srv_buf_addf(o, "# HELP pocketllm_%s %s\n# TYPE pocketllm_%s %s\npocketllm_%s %.17g\n", name, help, name,
+                    type, name, v);
+}
+
+void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
+    pthread_mutex_lock(&s->mu);
+    double now = pl_srv_now();
+    /* With no step for a while the last window's rate is stale: decay it. */
+    double rate = s->rate;
+    if (s->win_t0 > 0 && now - s->win_t0 > 2.0) rate = s->win_tok / (now - s->win_t0);
+    double busy = s->m_busy_s;
+    metric(o, "requests_total", "counter", "Generation requests received.", (double)s->m_requests);
+    metric(o, "requests_rejected_total", "counter", "Requests refused because the queue was full.",
+           (double)s->m_rejected);
+    metric(o, "requests_cancelled_total", "counter", "Requests whose client went away before the end.",
+           (double)s->m_cancelled);
+    metric(o, "requests_failed_total", "counter", "Forward steps that failed.", (double)s->m_failed);
+    metric(o, "prompt_tokens_total", "counter", "Prompt tokens processed.", (double)s->m_prompt_tok);
+    metric(o, "tokens_generated_total", "counter", "Tokens generated.", (double)s->m_gen_tok);
+    metric(o, "tokens_per_second", "gauge", "Generation throughput over the last window.", rate);
+    metric(o, "generation_tokens_per_second_avg", "gauge", "Generated tokens per second of busy time.",
+           busy > 0 ? s->m_gen_tok / busy : 0.0);
+    metric(o, "busy_seconds_total", "counter", "Time spent in forward steps.", busy);
+    metric(o, "steps_total", "counter", "Forward steps (batches) run.", (double)s->m_steps);
+    metric(o, "slots_busy", "gauge", "KV-cache slots in use.", (double)s->slots_busy);
+    metric(o, "slots_total", "gauge", "KV-cache slots (--parallel).", (double)s->n_seq);
+    metric(o, "queue_depth", "gauge", "Requests waiting for a slot.", (double)s->q_len);
+    pthread_mutex_unlock(&s->mu);
+}
