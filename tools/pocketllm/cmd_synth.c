@@ -1,0 +1,250 @@
+/*
+ * pocketllm synth: writes a Qwen3-shaped GGUF with random weights of the real
+ * shapes and the real tokenizer (copied from a vocab-only GGUF), for
+ * benchmarks at 0.6B-8B sizes. llama.cpp loads the result too.
+ *
+ * Weights: uniform in [-a, a] with a = sqrt(3 / fan_in) (unit-variance
+ * activations through each projection), norms 1 + small noise. Every tensor is
+ * seeded from (seed, tensor name), so files are reproducible and rows can be
+ * generated in parallel.
+ */
+#include "cli.h"
+#include "core/threadpool.h"
+#include "gguf/gguf.h"
+#include "gguf/gguf_write.h"
+#include "quant/quant.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct synth_dims {
+    const char *name;
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    bool tied;
+} synth_dims;
+
+/* Qwen3 release configurations. */
+static const synth_dims presets[] = {
+    {"0.6b", 1024, 28, 16, 8, 128, 3072, true},
+    {"1.7b", 2048, 28, 16, 8, 128, 6144, true},
+    {"4b", 2560, 36, 32, 8, 128, 9728, true},
+    {"8b", 4096, 36, 32, 8, 128, 12288, false},
+};
+
+typedef struct synth_tensor {
+    char name[64];
+    pl_dtype dtype;
+    int64_t ne[2];
+    int n_dims;
+    uint64_t seed;
+    bool is_norm;
+} synth_tensor;
+
+typedef struct fill_job {
+    const synth_tensor *t;
+    char *dst;
+    size_t row_bytes;
+    float *bufs;   /* one row buffer per thread */
+} fill_job;
+
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t hash_name(const char *s, uint64_t seed) {
+    uint64_t h = seed ^ 0x9E3779B97F4A7C15ull;
+    for (; *s; s++) h = mix64(h ^ (unsigned char)*s);
+    return h;
+}
+
+static void fill_rows(void *arg, int ith, int nth) {
+    fill_job *j = arg;
+    const synth_tensor *t = j->t;
+    const int64_t n = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
+    float *row = j->bufs + (size_t)ith * (size_t)n;
+    const float a = t->is_norm ? 0.1f : sqrtf(3.0f / (float)n);
+    for (int64_t r = ith; r < rows; r += nth) {
+        uint64_t s = mix64(t->seed + (uint64_t)r * 0x9E3779B97F4A7C15ull);
+        for (int64_t i = 0; i < n; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            float u = (float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; /* [-1, 1) */
+            row[i] = t->is_norm ? 1.0f + a * u : a * u;
+        }
+        pl_quantize_row(t->dtype, row, j->dst + (size_t)r * j->row_bytes, n);
+    }
+}
+
+typedef struct synth_ctx {
+    pl_threadpool *pool;
+    float *bufs;
+} synth_ctx;
+
+typedef struct fill_user {
+    synth_ctx *ctx;
+    const synth_tensor *t;
+} fill_user;
+
+static pl_status fill_tensor(void *user, const char *name, void *dst, uint64_t size) {
+    fill_user *u = user;
+    fill_job j = {u->t, dst, pl_dtype_row_size(u->t->dtype, u->t->ne[0]), u->ctx->bufs};
+    pl_threadpool_run(u->ctx->pool, fill_rows, &j);
+    return PL_OK;
+}
+
+static bool parse_custom(const char *s, synth_dims *d) {
+    long long v[6];
+    if (sscanf(s, "%lld:%lld:%lld:%lld:%lld:%lld", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) return false;
+    for (int i = 0; i < 6; i++)
+        if (v[i] <= 0 || v[i] > (1 << 20)) return false;
+    if (v[2] % v[3]) return false;
+    *d = (synth_dims){"custom", v[0], v[1], v[2], v[3], v[4], v[5], true};
+    return true;
+}
+
+static int file_type_of(pl_dtype t) {
+    switch (t) {
+    case PL_F32: return 0;
+    case PL_F16: return 1;
+    case PL_Q8_0: return 7;
+    case PL_Q4_K: return 15;
+    case PL_Q6_K: return 18;
+    case PL_BF16: return 32;
+    default: return 0;
+    }
+}
+
+static int cmd_synth(int argc, char **argv) {
+    const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v;
+    long long seed = 1, threads = 0;
+    bool bad = false, untied = false;
+    for (int i = 1; i < argc && !bad; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            puts("usage: pocketllm synth --arch qwen3 --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
+                 "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
+                 "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
+                 "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32)");
+            return 0;
+        } else if (!strcmp(argv[i], "--untied")) untied = true;
+        else if (pl_cli_opt(argc, argv, &i, "--arch", &arch, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--preset", &preset, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--type", &type, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--out", &out, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--vocab", &vocab, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
+        } else return pl_cli_error("synth: unknown option '%s'", argv[i]);
+    }
+    if (bad) return 1;
+    if (strcmp(arch, "qwen3")) return pl_cli_error("synth: only --arch qwen3 is supported");
+    if (!preset || !out || !vocab) return pl_cli_error("synth: --preset, --out and --vocab are required");
+    synth_dims d;
+    bool found = false;
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(preset, presets[i].name)) { d = presets[i]; found = true; }
+    if (!found && !parse_custom(preset, &d)) return pl_cli_error("synth: unknown preset '%s'", preset);
+    if (untied) d.tied = false;
+    pl_dtype wt;
+    if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1)
+        return pl_cli_error("synth: unsupported --type '%s'", type);
+
+    pl_gguf *vg = NULL;
+    if (pl_gguf_open(vocab, &vg) != PL_OK) return pl_cli_error("%s", pl_last_error());
+    uint64_t n_vocab = 0;
+    pl_gguf_type et;
+    const void *ad;
+    if (pl_gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab, &ad) != PL_OK) {
+        pl_gguf_close(vg);
+        return pl_cli_error("synth: %s has no tokenizer.ggml.tokens", vocab);
+    }
+    const int64_t V = (int64_t)n_vocab;
+
+    pl_gguf_writer *w = NULL;
+    pl_gguf_writer_create(&w);
+    char name[128];
+    pl_gguf_writer_add_str(w, "general.architecture", "qwen3");
+    snprintf(name, sizeof name, "synthetic qwen3 %s %s", d.name, type);
+    pl_gguf_writer_add_str(w, "general.name", name);
+    pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)file_type_of(wt));
+    pl_gguf_writer_add_u32(w, "general.quantization_version", 2);
+    pl_gguf_writer_add_u32(w, "qwen3.context_length", 40960);
+    pl_gguf_writer_add_u32(w, "qwen3.embedding_length", (uint32_t)d.n_embd);
+    pl_gguf_writer_add_u32(w, "qwen3.block_count", (uint32_t)d.n_layer);
+    pl_gguf_writer_add_u32(w, "qwen3.feed_forward_length", (uint32_t)d.n_ff);
+    pl_gguf_writer_add_u32(w, "qwen3.attention.head_count", (uint32_t)d.n_head);
+    pl_gguf_writer_add_u32(w, "qwen3.attention.head_count_kv", (uint32_t)d.n_head_kv);
+    pl_gguf_writer_add_u32(w, "qwen3.attention.key_length", (uint32_t)d.head_dim);
+    pl_gguf_writer_add_u32(w, "qwen3.attention.value_length", (uint32_t)d.head_dim);
+    pl_gguf_writer_add_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
+    pl_gguf_writer_add_f32(w, "qwen3.rope.freq_base", 1000000.0f);
+    for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
+        pl_gguf_str k = pl_gguf_kv_key(vg, i);
+        if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
+    }
+
+    /* Tensor list in llama.cpp's converter order. */
+    size_t cap = (size_t)d.n_layer * 11 + 3, n = 0;
+    synth_tensor *ts = calloc(cap, sizeof *ts);
+    fill_user *users = calloc(cap, sizeof *users);
+    const int64_t E = d.n_embd, H = d.n_head, G = d.n_head_kv, D = d.head_dim, F = d.n_ff;
+#define ADD_T(dt, nd, a, b, norm, ...)                                              \
+    do {                                                                            \
+        synth_tensor *t = &ts[n++];                                                 \
+        snprintf(t->name, sizeof t->name, __VA_ARGS__);                             \
+        t->dtype = (dt); t->n_dims = (nd); t->ne[0] = (a); t->ne[1] = (b);          \
+        t->is_norm = (norm); t->seed = hash_name(t->name, (uint64_t)seed);          \
+    } while (0)
+    ADD_T(wt, 2, E, V, false, "token_embd.weight");
+    for (int64_t l = 0; l < d.n_layer; l++) {
+        int li = (int)l;
+        ADD_T(PL_F32, 1, E, 1, true, "blk.%d.attn_norm.weight", li);
+        ADD_T(wt, 2, E, H * D, false, "blk.%d.attn_q.weight", li);
+        ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_k.weight", li);
+        ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_v.weight", li);
+        ADD_T(wt, 2, H * D, E, false, "blk.%d.attn_output.weight", li);
+        ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_q_norm.weight", li);
+        ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_k_norm.weight", li);
+        ADD_T(PL_F32, 1, E, 1, true, "blk.%d.ffn_norm.weight", li);
+        ADD_T(wt, 2, E, F, false, "blk.%d.ffn_gate.weight", li);
+        ADD_T(wt, 2, E, F, false, "blk.%d.ffn_up.weight", li);
+        ADD_T(wt, 2, F, E, false, "blk.%d.ffn_down.weight", li);
+    }
+    ADD_T(PL_F32, 1, E, 1, true, "output_norm.weight");
+    if (!d.tied) ADD_T(wt, 2, E, V, false, "output.weight");
+#undef ADD_T
+
+    synth_ctx sc = {0};
+    int rc = 0;
+    int64_t max_row = E > F ? E : F;
+    if (H * D > max_row) max_row = H * D;
+    if (pl_threadpool_create(threads > 0 ? (int)threads : pl_cpu_count(), &sc.pool) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+    sc.bufs = malloc((size_t)pl_threadpool_size(sc.pool) * (size_t)max_row * sizeof(float));
+    for (size_t i = 0; i < n && !rc; i++) {
+        users[i] = (fill_user){&sc, &ts[i]};
+        int64_t ne[2] = {ts[i].ne[0], ts[i].ne[1]};
+        if (pl_dtype_row_size(ts[i].dtype, ne[0]) == 0)
+            rc = pl_cli_error("synth: row of %lld elements does not fit %s blocks", (long long)ne[0], type);
+        else if (pl_gguf_writer_add_tensor_fill(w, ts[i].name, ts[i].dtype, (uint32_t)ts[i].n_dims, ne, fill_tensor,
+                                                &users[i]) != PL_OK)
+            rc = pl_cli_error("%s", pl_last_error());
+    }
+    if (!rc && pl_gguf_writer_write_file(w, out) != PL_OK) rc = pl_cli_error("%s", pl_last_error());
+    if (!rc) {
+        uint64_t size = 0;
+        pl_gguf_writer_file_size(w, &size);
+        fprintf(stderr, "wrote %s: qwen3 %s, %s, %zu tensors, %.2f GiB\n", out, d.name, type, n, size / 1073741824.0);
+    }
+done:
+    free(sc.bufs);
+    pl_threadpool_free(sc.pool);
+    free(ts);
+    free(users);
+    pl_gguf_writer_free(w);
+    pl_gguf_close(vg);
+    return rc;
+}
+
+PL_CLI_COMMAND(pl_cmd_synth, "synth", "write a random-weight checkpoint of real Qwen3 shapes", cmd_synth)
