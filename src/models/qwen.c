@@ -90,7 +90,7 @@ static pl_status qwen_load_common(pl_model *m, bool qk_norm, bool qkv_bias) {
 static pl_status qwen3_load(pl_model *m) { return qwen_load_common(m, true, false); }
 static pl_status qwen2_load(pl_model *m) { return qwen_load_common(m, false, true); }
 
-static void qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
+void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
     *n_tensors = (int)m->hp.n_layer * 64 + 64;
     *n_nodes = (int)m->hp.n_layer * 32 + 32;
 }
@@ -151,6 +151,6 @@ static pl_tensor *qwen_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in
 }
 
 const pl_arch pl_arch_qwen3 = {"qwen3", "Qwen3 dense (per-head Q/K RMSNorm, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen3_load, qwen_build, qwen_capacity};
+                               qwen_keys, qwen3_load, qwen_build, pl_arch_qwen_capacity};
 const pl_arch pl_arch_qwen2 = {"qwen2", "Qwen2 / Qwen2.5 dense (Q/K/V biases, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen2_load, qwen_build, qwen_capacity};
+                               qwen_keys, qwen2_load, qwen_build, pl_arch_qwen_capacity};
