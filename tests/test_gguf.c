@@ -180,6 +180,23 @@ static void test_fixtures(void) {
         CHECK(strcmp(pl_gguf_name(g), e->d_name) == 0, "name is '%s', want the basename", pl_gguf_name(g));
         CHECK(pl_gguf_version(g) == 2 || pl_gguf_version(g) == 3, "%s: version %u", e->d_name, pl_gguf_version(g));
         walk_all(g);
+        /* The fixtures were written by llama.cpp; rebuilding each one with
+         * our writer (copy every KV, add every tensor) must reproduce it byte
+         * for byte: the writer's layout is llama.cpp's. */
+        pl_gguf_writer *w = NULL;
+        bool ok = pl_gguf_writer_create(&w) == PL_OK;
+        for (int64_t i = 0; ok && i < pl_gguf_n_kv(g); i++) ok = pl_gguf_writer_copy_kv(w, g, i) == PL_OK;
+        for (int64_t i = 0; ok && i < pl_gguf_n_tensors(g); i++) {
+            const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
+            ok = pl_gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data, t->size) == PL_OK;
+        }
+        void *mem = NULL;
+        size_t size = 0;
+        ok = ok && pl_gguf_writer_to_memory(w, &mem, &size) == PL_OK;
+        CHECK(ok && size == pl_gguf_size(g) && memcmp(mem, pl_gguf_base(g), size) == 0,
+              "%s: rewriting it does not reproduce the file (%s)", e->d_name, ok ? "bytes differ" : pl_last_error());
+        free(mem);
+        pl_gguf_writer_free(w);
         pl_gguf_close(g);
     }
     closedir(d);
@@ -314,6 +331,7 @@ static pl_gguf_writer *build_writer(uint32_t alignment, float *f32data, uint16_t
     ok &= pl_gguf_writer_add_i64(w, "t.i64", INT64_MIN) == PL_OK;
     ok &= pl_gguf_writer_add_f32(w, "t.f32", 1.5f) == PL_OK;
     ok &= pl_gguf_writer_add_f64(w, "t.f64", -2.25) == PL_OK;
+    ok &= pl_gguf_writer_add_f64(w, "t.bigf64", 1e300) == PL_OK;
     ok &= pl_gguf_writer_add_bool(w, "t.bool", true) == PL_OK;
     ok &= pl_gguf_writer_add_str_n(w, "t.strn", "a\0b", 3) == PL_OK;
     ok &= pl_gguf_writer_add_str(w, "t.empty", "") == PL_OK;
@@ -354,7 +372,7 @@ static void check_round_trip(const pl_gguf *g, uint32_t alignment, const float *
     CHECK(pl_gguf_version(g) == 3, "version");
     CHECK(pl_gguf_alignment(g) == (alignment ? alignment : 32), "alignment %llu",
           (unsigned long long)pl_gguf_alignment(g));
-    CHECK(pl_gguf_n_kv(g) == (alignment ? 22 : 21), "n_kv %lld", (long long)pl_gguf_n_kv(g));
+    CHECK(pl_gguf_n_kv(g) == (alignment ? 23 : 22), "n_kv %lld", (long long)pl_gguf_n_kv(g));
     CHECK(pl_gguf_n_tensors(g) == 5, "n_tensors");
     pl_gguf_str s;
     uint32_t u32;
@@ -376,6 +394,8 @@ static void check_round_trip(const pl_gguf *g, uint32_t alignment, const float *
     CHECK(pl_gguf_get_f32(g, "t.f32", &f) == PL_OK && f == 1.5f, "f32");
     CHECK(pl_gguf_get_f32(g, "t.f64", &f) == PL_OK && f == -2.25f, "f64");
     CHECK(pl_gguf_get_f32(g, "t.u8", &f) == PL_ERR_FORMAT, "f32 from u8");
+    CHECK(pl_gguf_get_f32(g, "t.bigf64", &f) == PL_ERR_FORMAT, "1e300 as f32");
+    CHECK(strstr(pl_last_error(), "does not fit in f32"), "%s", pl_last_error());
     CHECK(pl_gguf_get_bool(g, "t.bool", &b) == PL_OK && b, "bool");
     CHECK(pl_gguf_get_bool(g, "t.u8", &b) == PL_ERR_FORMAT, "bool from u8");
     CHECK(pl_gguf_get_str(g, "t.strn", &s) == PL_OK && s.len == 3 && memcmp(s.ptr, "a\0b", 3) == 0, "str_n");
@@ -888,8 +908,10 @@ static void test_edge_valid(void) {
 /* ---- (d) fuzzer regressions ---------------------------------------------- */
 
 static void test_fuzz_regressions(void) {
-    /* Inputs that once reached an interesting path while fuzzing; each must
-     * be rejected (or accepted) without touching memory outside the input. */
+    /* Crash inputs found by tests/fuzz/fuzz_gguf.c go here, with the status
+     * they must now produce; each is opened from an exactly sized copy so
+     * ASan catches any read outside it. (None so far: several million runs
+     * found no crash. The entry below is a placeholder in the right form.) */
     static const struct { const char *bytes; size_t n; pl_status want; } cases[] = {
         {"GGUF\3\0\0\0", 8, PL_ERR_FORMAT},
     };

@@ -29,6 +29,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -793,7 +794,11 @@ pl_status pl_gguf_get_f32(const pl_gguf *g, const char *key, float *out) {
     PL_TRY(lookup(g, key, &kv));
     if (kv->type != PL_GGUF_FLOAT32 && kv->type != PL_GGUF_FLOAT64)
         return gerr(g, PL_ERR_FORMAT, "key '%s' has type %s, expected f32 or f64", key, pl_gguf_type_name(kv->type));
-    if (out) *out = (float)load_num(kv->type, kv->data).f;
+    double d = load_num(kv->type, kv->data).f;
+    /* Converting an out-of-range double to float is undefined in C. */
+    if (d > FLT_MAX || d < -FLT_MAX)
+        return gerr(g, PL_ERR_FORMAT, "key '%s' (f64) value %g does not fit in f32", key, d);
+    if (out) *out = (float)d;
     return PL_OK;
 }
 

@@ -41,8 +41,8 @@ typedef struct pl_gguf_tensor {
 
 typedef struct pl_gguf pl_gguf;
 
-/* Opens and validates a file. name_for_errors is used as the message prefix
- * (NULL = path). */
+/* Opens and validates a file. Messages are prefixed with the path's
+ * basename. open_memory uses name as the prefix (NULL = "<memory>"). */
 pl_status pl_gguf_open(const char *path, pl_gguf **out);
 /* Validates an in-memory image (no copy: data must outlive the handle). */
 pl_status pl_gguf_open_memory(const void *data, size_t size, const char *name, pl_gguf **out);
