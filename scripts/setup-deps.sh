@@ -14,4 +14,15 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+# Python packages for the server tests (tests/server/requirements.txt).
+if ! python3 -c 'import openai, pytest, requests' 2>/dev/null; then
+  req="$(cd "$(dirname "$0")/.." && pwd)/tests/server/requirements.txt"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  python3 -m pip --version >/dev/null 2>&1 || $SUDO apt-get install -y -qq python3-pip >/dev/null || true
+  # A Debian system Python refuses plain pip installs (PEP 668): retry with the override.
+  python3 -m pip install -q -r "$req" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages -r "$req" ||
+    echo "setup-deps: warning: could not install $req; the server tests will be skipped"
+fi
 echo "setup-deps: all build and test dependencies present"

@@ -19,12 +19,14 @@
  *      Otherwise S is used. S can differ from W only in how BPE merges at the
  *      boundaries, and only for requests that tried to inject.
  *
- * The renderer: the built-in one below implements the ChatML / Qwen3
- * template semantics (system, user, assistant with <think> history handling,
- * tool results, enable_thinking). It is the single place to swap for the
- * Jinja renderer of src/chat when that is available.
+ * The renderer: the model's own template through src/chat's Jinja renderer.
+ * When the file has no template, or the renderer cannot parse it, a built-in
+ * renderer with the ChatML / Qwen3 template's semantics is used (system,
+ * user, assistant with <think> history handling, tool results,
+ * enable_thinking), as llama.cpp falls back to ChatML.
  */
 #include "server.h"
+#include "chat/chat_template.h"
 #include "gguf/gguf.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,8 +127,24 @@ static int render_builtin(json_t *ctx, pl_srv_buf *o) {
 
 /* The one place that knows which renderer is used. */
 static int render(pl_srv *s, json_t *ctx, pl_srv_buf *out, pl_srv_error *e) {
-    (void)s;
-    if (render_builtin(ctx, out)) return pl_srv_fail(e, 500, NULL, NULL, "out of memory while rendering the prompt");
+    const pl_chat_template *t = s->chat_impl;
+    if (!t) {
+        if (render_builtin(ctx, out)) return pl_srv_fail(e, 500, NULL, NULL, "out of memory while rendering the prompt");
+        return 0;
+    }
+    /* Bodies are at most 8 MiB; a render far beyond that is a runaway. */
+    pl_chat_template_options opts = {0};
+    opts.max_output = 64u << 20;
+    char *text = NULL;
+    size_t n = 0;
+    if (pl_chat_template_render(t, ctx, &opts, &text, &n) != PL_OK)
+        /* Templates reject conversations they do not support (for example
+         * roles that do not alternate): the client's problem, hence 400. */
+        return pl_srv_fail(e, 400, "messages", "invalid_value", "the chat template rejected the messages: %s",
+                           pl_last_error());
+    int rc = pl_srv_buf_add(out, text, n);
+    free(text);
+    if (rc) return pl_srv_fail(e, 500, NULL, NULL, "out of memory while rendering the prompt");
     return 0;
 }
 
@@ -154,12 +172,20 @@ pl_status pl_srv_chat_init(pl_srv *s) {
     token_text(s, g, "tokenizer.ggml.bos_token_id", s->bos_text, sizeof s->bos_text);
     token_text(s, g, "tokenizer.ggml.eos_token_id", s->eos_text, sizeof s->eos_text);
     pl_gguf_close(g);
-    if (s->chat_template && !strstr(s->chat_template, "<|im_start|>"))
-        pl_srv_log("warning: the model's chat template is not ChatML; prompts are rendered as ChatML");
+    if (s->chat_template) {
+        pl_chat_template *ct = NULL;
+        if (pl_chat_template_parse(s->chat_template, strlen(s->chat_template), &ct) == PL_OK) s->chat_impl = ct;
+        else pl_srv_log("warning: cannot use the model's chat template (%s); prompts are rendered as ChatML",
+                        pl_last_error());
+    } else {
+        pl_srv_log("the model has no chat template; prompts are rendered as ChatML");
+    }
     return PL_OK;
 }
 
 void pl_srv_chat_free(pl_srv *s) {
+    pl_chat_template_free(s->chat_impl);
+    s->chat_impl = NULL;
     free(s->chat_template);
     s->chat_template = NULL;
 }
