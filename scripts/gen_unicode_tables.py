@@ -108,8 +108,8 @@ def main():
     w("};")
     w("")
     w("const pl_ucd_range pl_ucd_ranges[] = {")
-    for start, f in ranges:
-        w("    {0x%06X, 0x%03X}," % (start, f))
+    for i in range(0, len(ranges), 4):
+        w("    " + " ".join("{0x%06X, 0x%03X}," % r for r in ranges[i:i + 4]))
     w("};")
     w("const size_t pl_ucd_n_ranges = sizeof pl_ucd_ranges / sizeof pl_ucd_ranges[0];")
     sys.stdout.write("\n".join(out) + "\n")

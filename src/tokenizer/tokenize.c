@@ -12,7 +12,7 @@
  *     UTF-8 and mapped byte by byte through the GPT-2 byte-to-unicode table.
  *  3. BPE on each word: start from one symbol per byte, repeatedly merge the
  *     adjacent pair with the lowest merge rank (leftmost on ties) using a
- *     binary heap with lazy deletion, O(n log n) per word.
+ *     priority queue with lazy deletion, O(n log n) per word.
  *  4. A final symbol that is a token gives its id; one that is not (its merge
  *     result is missing from the vocabulary) gives the ids of those of its
  *     bytes that are 1-byte tokens, and drops the rest -- llama.cpp's
@@ -25,8 +25,10 @@
 #include "tokenizer/ucd.h"
 #include "tokenizer/vocab_internal.h"
 
-/* Inputs are capped so that every index fits in 32 bits with room to spare. */
-#define PL_TOKENIZE_MAX_BYTES ((size_t)1 << 30)
+/* Inputs are capped so that every index fits in 32 bits: re-encoding can
+ * triple the size (each invalid byte becomes U+FFFD, 3 bytes), and a word's
+ * symbols are indexed with int32_t and its bytes with uint32_t. */
+#define PL_TOKENIZE_MAX_BYTES ((size_t)256 << 20)
 
 typedef struct { size_t start, len; int32_t token; } frag;  /* token < 0: raw text */
 
@@ -67,7 +69,12 @@ static void emit(tok_ctx *c, int32_t id) {
     c->out[c->n_out++] = id;
 }
 
-/* ---- heap of candidate merges, ordered by (rank, left) ------------------- */
+/* ---- heap of candidate merges, ordered by (rank, left) -------------------
+ * A 4-ary heap: half the depth of a binary one and the four children share
+ * cache lines, which matters for very long words (a megabyte of one letter
+ * is one word of a million symbols). */
+
+#define HEAP_D 4
 
 static inline bool pair_less(const bpe_pair *a, const bpe_pair *b) {
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
@@ -77,7 +84,7 @@ static void heap_push(tok_ctx *c, bpe_pair p) {
     if (!grow((void **)&c->heap, &c->cap_heap, c->n_heap + 1, sizeof *c->heap, c)) return;
     size_t i = c->n_heap++;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
+        size_t parent = (i - 1) / HEAP_D;
         if (!pair_less(&p, &c->heap[parent])) break;
         c->heap[i] = c->heap[parent];
         i = parent;
@@ -89,16 +96,19 @@ static bpe_pair heap_pop(tok_ctx *c) {
     bpe_pair top = c->heap[0];
     bpe_pair last = c->heap[--c->n_heap];
     size_t i = 0, n = c->n_heap;
+    if (n == 0) return top;
     for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const bpe_pair *best = &last;
-        if (l < n && pair_less(&c->heap[l], best)) { m = l; best = &c->heap[l]; }
-        if (r < n && pair_less(&c->heap[r], best)) { m = r; }
-        if (m == i) break;
+        size_t first = HEAP_D * i + 1;
+        if (first >= n) break;
+        size_t end = first + HEAP_D < n ? first + HEAP_D : n;
+        size_t m = first;
+        for (size_t k = first + 1; k < end; k++)
+            if (pair_less(&c->heap[k], &c->heap[m])) m = k;
+        if (!pair_less(&c->heap[m], &last)) break;
         c->heap[i] = c->heap[m];
         i = m;
     }
-    if (n) c->heap[i] = last;
+    c->heap[i] = last;
     return top;
 }
 
@@ -149,9 +159,13 @@ static void bpe_word(tok_ctx *c, int32_t n_sym) {
 /* One pre-tokenized word, codepoints c->cps[a..b). */
 static void tokenize_word(tok_ctx *c, size_t a, size_t b) {
     const pl_vocab *v = c->v;
-    size_t max_bytes = (b - a) * 4;
-    if (!grow((void **)&c->enc, &c->cap_enc, max_bytes * 2, 1, c)) return;
-    if (!grow((void **)&c->sym, &c->cap_sym, max_bytes, sizeof *c->sym, c)) return;
+    size_t n_bytes = 0;  /* UTF-8 length of the word: one symbol per byte */
+    for (size_t i = a; i < b; i++) {
+        uint32_t cp = c->cps[i];
+        n_bytes += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    }
+    if (!grow((void **)&c->enc, &c->cap_enc, n_bytes * 2, 1, c)) return;
+    if (!grow((void **)&c->sym, &c->cap_sym, n_bytes, sizeof *c->sym, c)) return;
     uint32_t n_enc = 0;
     int32_t n_sym = 0;
     for (size_t i = a; i < b; i++) {

@@ -85,6 +85,41 @@ int32_t pl_vocab_lookup(const pl_vocab *v, const char *s, size_t n) {
     }
 }
 
+#if defined(__GNUC__)
+#define PL_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PL_PREFETCH(p) ((void)0)
+#endif
+
+/* Looks up cnt strings at once: all hashes first, with their table slots
+ * prefetched, then the probes. Loading a 150k-token vocabulary is mostly
+ * cache misses in these tables, and overlapping them roughly halves it. */
+#define LOOKUP_BATCH 32
+static void lookup_batch(const pl_vocab *v, const char *const *s, const size_t *n, int32_t *out, size_t cnt) {
+    uint64_t hash[LOOKUP_BATCH];
+    for (size_t j = 0; j < cnt; j++) {
+        hash[j] = pl_tok_hash(s[j], n[j]);
+        PL_PREFETCH(&v->tok_map[hash[j] & v->tok_map_mask]);
+    }
+    for (size_t j = 0; j < cnt; j++) {
+        uint32_t hi = (uint32_t)(hash[j] >> 32);
+        uint64_t i = hash[j] & v->tok_map_mask;
+        out[j] = -1;
+        for (;;) {
+            const pl_tok_slot *slot = &v->tok_map[i];
+            if (slot->id1 == 0) break;
+            if (slot->hash_hi == hi) {
+                uint32_t id = slot->id1 - 1;
+                if (v->tok_len[id] == n[j] && memcmp(v->arena + v->tok_off[id], s[j], n[j]) == 0) {
+                    out[j] = (int32_t)id;
+                    break;
+                }
+            }
+            i = (i + 1) & v->tok_map_mask;
+        }
+    }
+}
+
 static inline uint64_t pair_key(int32_t l, int32_t r) {
     return ((uint64_t)(uint32_t)(l + 1) << 32) | (uint32_t)(r + 1);
 }
@@ -253,26 +288,39 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
         v->tok_off[i] = off;
         v->tok_len[i] = len;
         off += len + 1;
+    }
 
-        uint64_t hash = pl_tok_hash(dst, len);
-        uint64_t h = hash & v->tok_map_mask;
-        for (;;) {
-            pl_tok_slot *slot = &v->tok_map[h];
-            if (slot->id1 == 0) {
-                slot->id1 = (uint32_t)i + 1;
-                slot->hash_hi = (uint32_t)(hash >> 32);
-                break;
+    /* text -> id, in blocks whose table slots are prefetched first */
+    for (uint64_t base = 0; base < n; base += LOOKUP_BATCH) {
+        uint64_t hash[LOOKUP_BATCH];
+        size_t cnt = n - base < LOOKUP_BATCH ? (size_t)(n - base) : LOOKUP_BATCH;
+        for (size_t j = 0; j < cnt; j++) {
+            hash[j] = pl_tok_hash(v->arena + v->tok_off[base + j], v->tok_len[base + j]);
+            PL_PREFETCH(&v->tok_map[hash[j] & v->tok_map_mask]);
+        }
+        for (size_t j = 0; j < cnt; j++) {
+            uint64_t i = base + j;
+            const char *text = v->arena + v->tok_off[i];
+            uint32_t len = v->tok_len[i];
+            uint64_t h = hash[j] & v->tok_map_mask;
+            for (;;) {
+                pl_tok_slot *slot = &v->tok_map[h];
+                if (slot->id1 == 0) {
+                    slot->id1 = (uint32_t)i + 1;
+                    slot->hash_hi = (uint32_t)(hash[j] >> 32);
+                    break;
+                }
+                uint32_t other = slot->id1 - 1;
+                if (slot->hash_hi == (uint32_t)(hash[j] >> 32) && v->tok_len[other] == len &&
+                    memcmp(v->arena + v->tok_off[other], text, len) == 0) {
+                    char buf[300];
+                    pl_gguf_str t = {text, len};
+                    printable(t, buf, sizeof buf);
+                    return pl_errorf(PL_ERR_FORMAT, "%s: duplicate token in %s: '%s' has ids %u and %llu",
+                                     pl_gguf_name(g), K_TOKENS, buf, other, (unsigned long long)i);
+                }
+                h = (h + 1) & v->tok_map_mask;
             }
-            uint32_t other = slot->id1 - 1;
-            if (slot->hash_hi == (uint32_t)(hash >> 32) && v->tok_len[other] == len &&
-                memcmp(v->arena + v->tok_off[other], dst, len) == 0) {
-                char buf[300];
-                pl_gguf_str t = {dst, len};
-                printable(t, buf, sizeof buf);
-                return pl_errorf(PL_ERR_FORMAT, "%s: duplicate token in %s: '%s' has ids %u and %llu",
-                                 pl_gguf_name(g), K_TOKENS, buf, other, (unsigned long long)i);
-            }
-            h = (h + 1) & v->tok_map_mask;
         }
     }
 
@@ -322,6 +370,75 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
     return PL_OK;
 }
 
+/* Growth state of the string-pair merge table while loading. */
+typedef struct { size_t str_cap, arena_cap, arena_len; } str_merge_state;
+
+/* Records a merge one of whose halves is not a token (llama.cpp keeps those
+ * too: BPE can still form such a symbol when a merge result is missing from
+ * the vocabulary). The first rank of a repeated pair stays. */
+static pl_status add_str_merge(pl_vocab *v, const pl_gguf *g, str_merge_state *sm,
+                               const char *l, size_t ll, const char *r, size_t rl, uint32_t rank) {
+    if (!v->str_merge_map) {
+        v->str_merge_mask = 63;
+        v->str_merge_map = calloc(64, sizeof *v->str_merge_map);
+        if (!v->str_merge_map) return oom(g, "merges");
+    }
+    uint64_t hash = str_pair_hash(l, ll, r, rl);
+    uint64_t h = hash & v->str_merge_mask;
+    while (v->str_merge_map[h] != 0) {
+        const pl_str_merge *m = &v->str_merges[v->str_merge_map[h] - 1];
+        if (m->hash == hash && m->left_len == ll && m->right_len == rl &&
+            memcmp(v->merge_arena + m->left_off, l, ll) == 0 &&
+            memcmp(v->merge_arena + m->right_off, r, rl) == 0)
+            return PL_OK;  /* duplicate pair */
+        h = (h + 1) & v->str_merge_mask;
+    }
+    if (sm->arena_len + ll + rl > PL_VOCAB_MAX_ARENA)
+        return pl_errorf(PL_ERR_FORMAT, "%s: %s texts are too large", pl_gguf_name(g), K_MERGES);
+    if (v->n_str_merges + 1 > sm->str_cap) {
+        size_t ncap = sm->str_cap ? sm->str_cap * 2 : 64;
+        pl_str_merge *nm = realloc(v->str_merges, ncap * sizeof *nm);
+        if (!nm) return oom(g, "merges");
+        v->str_merges = nm;
+        sm->str_cap = ncap;
+    }
+    if (sm->arena_len + ll + rl > sm->arena_cap) {
+        size_t ncap = (sm->arena_len + ll + rl) * 2 + 256;
+        char *na = realloc(v->merge_arena, ncap);
+        if (!na) return oom(g, "merges");
+        v->merge_arena = na;
+        sm->arena_cap = ncap;
+    }
+    pl_str_merge *m = &v->str_merges[v->n_str_merges];
+    m->left_off = (uint32_t)sm->arena_len;
+    m->left_len = (uint32_t)ll;
+    memcpy(v->merge_arena + sm->arena_len, l, ll);
+    sm->arena_len += ll;
+    m->right_off = (uint32_t)sm->arena_len;
+    m->right_len = (uint32_t)rl;
+    memcpy(v->merge_arena + sm->arena_len, r, rl);
+    sm->arena_len += rl;
+    m->rank = rank;
+    m->hash = hash;
+    v->n_str_merges++;
+    v->str_merge_map[h] = v->n_str_merges;
+    /* keep the load factor at most 1/2 */
+    if ((uint64_t)v->n_str_merges * 2 > v->str_merge_mask) {
+        uint64_t nmask = v->str_merge_mask * 2 + 1;
+        uint32_t *nmap = calloc(nmask + 1, sizeof *nmap);
+        if (!nmap) return oom(g, "merges");
+        for (uint32_t k = 0; k < v->n_str_merges; k++) {
+            uint64_t p = v->str_merges[k].hash & nmask;
+            while (nmap[p]) p = (p + 1) & nmask;
+            nmap[p] = k + 1;
+        }
+        free(v->str_merge_map);
+        v->str_merge_map = nmap;
+        v->str_merge_mask = nmask;
+    }
+    return PL_OK;
+}
+
 /* Merges: "left right" strings, rank = position in the array. */
 static pl_status load_merges(pl_vocab *v, const pl_gguf *g) {
     bool found;
@@ -340,110 +457,85 @@ static pl_status load_merges(pl_vocab *v, const pl_gguf *g) {
     v->merges = calloc(v->merge_mask + 1, sizeof *v->merges);
     if (!v->merges) return oom(g, "merge table");
 
-    char *concat = NULL;
-    size_t concat_cap = 0;
-    size_t str_cap = 0, arena_cap = 0, arena_len = 0;
+    str_merge_state sm = {0, 0, 0};
     pl_status st = PL_OK;
+    /* Per block of merges: the halves, their ids, the concatenations. The
+     * lookups are batched (see lookup_batch); the table inserts then run in
+     * rank order, so the first of two equal pairs keeps its rank. */
+    const char *bs[2 * LOOKUP_BATCH];
+    size_t bn[2 * LOOKUP_BATCH];
+    int32_t bid[2 * LOOKUP_BATCH], cid[LOOKUP_BATCH / 2];
+    char *cbuf = NULL;
+    size_t cbuf_cap = 0;
 
-    for (uint64_t i = 0; i < n && st == PL_OK; i++) {
-        pl_gguf_str s;
-        st = pl_gguf_arr_str(g, K_MERGES, i, &s);
+    for (uint64_t base = 0; base < n && st == PL_OK; base += LOOKUP_BATCH / 2) {
+        size_t cnt = n - base < LOOKUP_BATCH / 2 ? (size_t)(n - base) : LOOKUP_BATCH / 2;
+        size_t ctot = 0;
+        for (size_t j = 0; j < cnt; j++) {
+            uint64_t i = base + j;
+            pl_gguf_str s;
+            st = pl_gguf_arr_str(g, K_MERGES, i, &s);
+            if (st != PL_OK) break;
+            /* Split at the first space after position 0, like llama.cpp
+             * (word.find(' ', 1)), so a left half may itself start with a space. */
+            const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
+            if (!sp || (uint64_t)(sp - s.ptr) + 1 >= s.len) {
+                char buf[300];
+                printable(s, buf, sizeof buf);
+                st = pl_errorf(PL_ERR_FORMAT, "%s: %s[%llu] = '%s' is not two halves separated by a space",
+                               pl_gguf_name(g), K_MERGES, (unsigned long long)i, buf);
+                break;
+            }
+            bs[2 * j] = s.ptr;
+            bn[2 * j] = (size_t)(sp - s.ptr);
+            bs[2 * j + 1] = sp + 1;
+            bn[2 * j + 1] = (size_t)(s.len - bn[2 * j] - 1);
+            ctot += (size_t)s.len;
+        }
         if (st != PL_OK) break;
-        /* Split at the first space after position 0, like llama.cpp
-         * (word.find(' ', 1)), so a left half may itself start with a space. */
-        const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
-        if (!sp || (uint64_t)(sp - s.ptr) + 1 >= s.len) {
-            char buf[300];
-            printable(s, buf, sizeof buf);
-            st = pl_errorf(PL_ERR_FORMAT, "%s: %s[%llu] = '%s' is not two halves separated by a space",
-                           pl_gguf_name(g), K_MERGES, (unsigned long long)i, buf);
-            break;
-        }
-        const char *l = s.ptr, *r = sp + 1;
-        size_t ll = (size_t)(sp - s.ptr), rl = (size_t)(s.len - ll - 1);
-        int32_t lid = pl_vocab_lookup(v, l, ll), rid = pl_vocab_lookup(v, r, rl);
+        lookup_batch(v, bs, bn, bid, 2 * cnt);
 
-        if (lid >= 0 && rid >= 0) {
-            uint64_t key = pair_key(lid, rid);
-            uint64_t h = mix64(key) & v->merge_mask;
-            while (v->merges[h].key != 0 && v->merges[h].key != key) h = (h + 1) & v->merge_mask;
-            if (v->merges[h].key == key) continue;  /* duplicate pair: the first rank stays */
-            if (ll + rl > concat_cap) {
-                concat_cap = (ll + rl) * 2;
-                char *nc = realloc(concat, concat_cap);
-                if (!nc) { st = oom(g, "merges"); break; }
-                concat = nc;
-            }
-            memcpy(concat, l, ll);
-            memcpy(concat + ll, r, rl);
-            v->merges[h].key = key;
-            v->merges[h].rank = (uint32_t)i;
-            v->merges[h].result = pl_vocab_lookup(v, concat, ll + rl);
-            continue;
+        /* the merged texts, for the id of each merge's result */
+        if (ctot > cbuf_cap) {
+            cbuf_cap = ctot * 2;
+            char *nb = realloc(cbuf, cbuf_cap);
+            if (!nb) { st = oom(g, "merges"); break; }
+            cbuf = nb;
         }
+        const char *cs[LOOKUP_BATCH / 2];
+        size_t cn[LOOKUP_BATCH / 2], co = 0;
+        for (size_t j = 0; j < cnt; j++) {
+            memcpy(cbuf + co, bs[2 * j], bn[2 * j]);
+            memcpy(cbuf + co + bn[2 * j], bs[2 * j + 1], bn[2 * j + 1]);
+            cs[j] = cbuf + co;
+            cn[j] = bn[2 * j] + bn[2 * j + 1];
+            co += cn[j];
+        }
+        lookup_batch(v, cs, cn, cid, cnt);
+        for (size_t j = 0; j < cnt; j++)
+            if (bid[2 * j] >= 0 && bid[2 * j + 1] >= 0)
+                PL_PREFETCH(&v->merges[mix64(pair_key(bid[2 * j], bid[2 * j + 1])) & v->merge_mask]);
 
-        /* A half that is not a token: keep the strings (rare). */
-        if (!v->str_merge_map) {
-            v->str_merge_mask = 63;
-            v->str_merge_map = calloc(64, sizeof *v->str_merge_map);
-            if (!v->str_merge_map) { st = oom(g, "merges"); break; }
-        }
-        uint64_t hash = str_pair_hash(l, ll, r, rl);
-        uint64_t h = hash & v->str_merge_mask;
-        bool dup = false;
-        while (v->str_merge_map[h] != 0) {
-            const pl_str_merge *m = &v->str_merges[v->str_merge_map[h] - 1];
-            if (m->hash == hash && m->left_len == ll && m->right_len == rl &&
-                memcmp(v->merge_arena + m->left_off, l, ll) == 0 &&
-                memcmp(v->merge_arena + m->right_off, r, rl) == 0) { dup = true; break; }
-            h = (h + 1) & v->str_merge_mask;
-        }
-        if (dup) continue;
-        if (arena_len + ll + rl > PL_VOCAB_MAX_ARENA) {
-            st = pl_errorf(PL_ERR_FORMAT, "%s: %s texts are too large", pl_gguf_name(g), K_MERGES);
-            break;
-        }
-        if (v->n_str_merges + 1 > str_cap) {
-            str_cap = str_cap ? str_cap * 2 : 64;
-            pl_str_merge *nm = realloc(v->str_merges, str_cap * sizeof *nm);
-            if (!nm) { st = oom(g, "merges"); break; }
-            v->str_merges = nm;
-        }
-        if (arena_len + ll + rl > arena_cap) {
-            arena_cap = (arena_len + ll + rl) * 2 + 256;
-            char *na = realloc(v->merge_arena, arena_cap);
-            if (!na) { st = oom(g, "merges"); break; }
-            v->merge_arena = na;
-        }
-        pl_str_merge *m = &v->str_merges[v->n_str_merges];
-        m->left_off = (uint32_t)arena_len;
-        m->left_len = (uint32_t)ll;
-        memcpy(v->merge_arena + arena_len, l, ll);
-        arena_len += ll;
-        m->right_off = (uint32_t)arena_len;
-        m->right_len = (uint32_t)rl;
-        memcpy(v->merge_arena + arena_len, r, rl);
-        arena_len += rl;
-        m->rank = (uint32_t)i;
-        m->hash = hash;
-        v->n_str_merges++;
-        v->str_merge_map[h] = v->n_str_merges;
-        /* keep the load factor under 1/2 */
-        if ((uint64_t)v->n_str_merges * 2 > v->str_merge_mask) {
-            uint64_t nmask = v->str_merge_mask * 2 + 1;
-            uint32_t *nmap = calloc(nmask + 1, sizeof *nmap);
-            if (!nmap) { st = oom(g, "merges"); break; }
-            for (uint32_t k = 0; k < v->n_str_merges; k++) {
-                uint64_t p = v->str_merges[k].hash & nmask;
-                while (nmap[p]) p = (p + 1) & nmask;
-                nmap[p] = k + 1;
+        for (size_t j = 0; j < cnt && st == PL_OK; j++) {
+            uint64_t i = base + j;
+            const char *l = bs[2 * j], *r = bs[2 * j + 1];
+            size_t ll = bn[2 * j], rl = bn[2 * j + 1];
+            int32_t lid = bid[2 * j], rid = bid[2 * j + 1];
+            if (lid >= 0 && rid >= 0) {
+                uint64_t key = pair_key(lid, rid);
+                uint64_t h = mix64(key) & v->merge_mask;
+                while (v->merges[h].key != 0 && v->merges[h].key != key) h = (h + 1) & v->merge_mask;
+                if (v->merges[h].key == key) continue;  /* duplicate pair: the first rank stays */
+                v->merges[h].key = key;
+                v->merges[h].rank = (uint32_t)i;
+                v->merges[h].result = cid[j];
+                continue;
             }
-            free(v->str_merge_map);
-            v->str_merge_map = nmap;
-            v->str_merge_mask = nmask;
+            /* A half that is not a token: keep the strings (rare). */
+            st = add_str_merge(v, g, &sm, l, ll, r, rl, (uint32_t)i);
         }
     }
-    free(concat);
+    free(cbuf);
     return st;
 }
 

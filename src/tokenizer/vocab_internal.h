@@ -54,8 +54,8 @@ struct pl_vocab {
     uint16_t *attr;         /* PL_ATTR_* */
 
     /* text -> id: open addressing with linear probing. Each slot keeps 32
-     * bits of the hash so that probing past other keys rarely touches the
-     * text arena (one cache miss per lookup instead of several). */
+     * bits of the hash and where the text is, so that a lookup costs one
+     * cache miss for the slot and one for the text. */
     pl_tok_slot *tok_map;
     uint64_t tok_map_mask;
 

@@ -3,8 +3,8 @@
  *
  * The vocabulary is loaded once, from $PL_FUZZ_VOCAB or, by default,
  * tests/fixtures/models/tiny-qwen3-f16.gguf relative to the working directory
- * (run from the repository root). For every input, with parse_special on and
- * off:
+ * (else the same fixture next to this source file). For every input, with
+ * parse_special on and off:
  *   1. pl_vocab_tokenize succeeds and every id is in range;
  *   2. detokenizing (control tokens rendered) gives back exactly what
  *      llama.cpp's UTF-8 decoding makes of the input: the input itself when
@@ -35,7 +35,22 @@ static pl_vocab *g_vocab;
 static void load_once(void) {
     if (g_vocab) return;
     const char *path = getenv("PL_FUZZ_VOCAB");
-    if (!path || !*path) path = "tests/fixtures/models/tiny-qwen3-f16.gguf";
+    char beside[4096];
+    if (!path || !*path) {
+        path = "tests/fixtures/models/tiny-qwen3-f16.gguf";
+        /* Not run from the repository root (scripts/run-fuzzers.sh may run
+         * it from anywhere): fall back to the fixture next to this source
+         * file, whose path the compiler recorded. */
+        FILE *f = fopen(path, "rb");
+        if (f) {
+            fclose(f);
+        } else {
+            const char *slash = strrchr(__FILE__, '/');
+            int n = slash ? (int)(slash - __FILE__) : 0;
+            snprintf(beside, sizeof beside, "%.*s%s../fixtures/models/tiny-qwen3-f16.gguf", n, __FILE__, slash ? "/" : "");
+            path = beside;
+        }
+    }
     if (pl_gguf_open(path, &g_file) != PL_OK || pl_vocab_load(g_file, &g_vocab) != PL_OK) {
         /* A harness set-up problem, not a finding: say so and stop. */
         fprintf(stderr, "fuzz_tokenizer: cannot load vocabulary '%s': %s\n"
