@@ -58,6 +58,8 @@ typedef struct pl_model_params {
     int n_batch;             /* max tokens per forward call; 0 = 512 */
     uint64_t memory_budget;  /* bytes the device may use; 0 = no limit */
     bool vocab_only;         /* load only the tokenizer (no tensors needed) */
+    int32_t n_outputs;       /* logits rows one forward call can return; 0 = n_seq (decoding).
+                                Perplexity / imatrix want every token's: n_batch */
 } pl_model_params;
 
 PL_API pl_model_params pl_model_default_params(void);
@@ -149,6 +151,51 @@ PL_API void pl_sampler_free(pl_sampler *s);
  * exactly one uniform value from the sampler's seeded RNG (greedy draws none),
  * so one seed reproduces one text. */
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits);
+
+/* ---- inspecting a GGUF file (no model needed) -----------------------------*/
+
+/* A GGUF file opened and validated on its own: its metadata, its tensor
+ * table and the reference decoder of its tensors' blocks. Strings returned
+ * point into the file's mapping (valid until pl_inspect_close) and are NOT
+ * NUL-terminated: use the length. */
+typedef struct pl_inspect pl_inspect;
+PL_API pl_status pl_inspect_open(const char *path, pl_inspect **out);
+PL_API void pl_inspect_close(pl_inspect *f);
+PL_API uint32_t pl_inspect_version(const pl_inspect *f);
+PL_API uint64_t pl_inspect_alignment(const pl_inspect *f);
+/* File offset of the data section (tensor offsets are relative to it). */
+PL_API uint64_t pl_inspect_data_offset(const pl_inspect *f);
+
+PL_API int64_t pl_inspect_n_meta(const pl_inspect *f);
+PL_API pl_status pl_inspect_meta_key(const pl_inspect *f, int64_t i, const char **key, size_t *len);
+/* The GGUF value type of a key (0..12 as in the GGUF spec; 9 = array); for an
+ * array also its element type and count (else -1 and 1). PL_ERR_NOT_FOUND if
+ * the key is absent. */
+PL_API pl_status pl_inspect_meta_type(const pl_inspect *f, const char *key, int *type, int *elem_type,
+                                      uint64_t *n);
+/* A numeric value: the scalar (i < 0) or element i of a numeric array. bool
+ * reads as 0/1; _i64 rejects floats and values that do not fit. */
+PL_API pl_status pl_inspect_meta_i64(const pl_inspect *f, const char *key, int64_t i, int64_t *out);
+PL_API pl_status pl_inspect_meta_f64(const pl_inspect *f, const char *key, int64_t i, double *out);
+/* A string: the scalar (i < 0) or element i of a string array. */
+PL_API pl_status pl_inspect_meta_str(const pl_inspect *f, const char *key, int64_t i, const char **ptr,
+                                     size_t *len);
+
+typedef struct pl_tensor_info {
+    const char *name;       /* NUL-terminated, valid until pl_inspect_close */
+    int32_t type;           /* GGML type id */
+    const char *type_name;  /* GGML's name: "f16", "q4_K", ... */
+    int32_t n_dims;         /* 1..4 */
+    int64_t ne[4];          /* elements per dimension, ne[0] innermost; unused dims are 1 */
+    uint64_t offset;        /* bytes from the start of the data section */
+    uint64_t size;          /* bytes */
+} pl_tensor_info;
+PL_API int64_t pl_inspect_n_tensors(const pl_inspect *f);
+PL_API pl_status pl_inspect_tensor(const pl_inspect *f, int64_t i, pl_tensor_info *out);
+/* Decodes rows row0 .. row0+n_rows-1 of tensor i (a row is ne[0] elements)
+ * into dst (n_rows * ne[0] floats) with the reference decoder.
+ * PL_ERR_UNSUPPORTED for a type without one. */
+PL_API pl_status pl_inspect_dequantize(const pl_inspect *f, int64_t i, int64_t row0, int64_t n_rows, float *dst);
 
 #ifdef __cplusplus
 }

@@ -25,4 +25,8 @@ if ! python3 -c 'import openai, pytest, requests' 2>/dev/null; then
     python3 -m pip install -q --break-system-packages -r "$req" ||
     echo "setup-deps: warning: could not install $req; the server tests will be skipped"
 fi
+# Python packages for the Python package's tests (python/, tests/cli/python.sh).
+python3 -c 'import numpy, pytest, jinja2' 2>/dev/null || python3 -m pip install -q numpy pytest jinja2 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages numpy pytest jinja2 ||
+  echo "setup-deps: warning: could not install numpy, pytest, jinja2; the Python package tests will be skipped"
 echo "setup-deps: all build and test dependencies present"

@@ -1,0 +1,581 @@
+"""The Pythonic API: Model, Session, Sampler, Completion, Stream.
+
+Everything native goes through pocketllm.native; this module holds no ctypes.
+"""
+from __future__ import annotations
+
+import codecs
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from . import native
+from .errors import InvalidArgumentError
+
+__all__ = ["Model", "Session", "Sampler", "Completion", "Usage", "Stream"]
+
+
+@dataclass
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_dict(self) -> dict:
+        return {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "total_tokens": self.total_tokens}
+
+
+@dataclass
+class Completion:
+    """The result of a generation. ``str(c)`` is its text.
+
+    text           the generated text (without a stop string that ended it)
+    tokens         every generated token id, including an end-of-generation
+                   token or the token that completed a stop string
+    finish_reason  "stop" (end-of-generation token or stop string) or
+                   "length" (max_tokens reached or the context is full)
+    usage          prompt / completion / total token counts
+    prompt_tokens  the prompt's token ids
+    timings        prefill_ms, decode_ms (wall clock)
+    """
+    text: str
+    tokens: list[int]
+    finish_reason: str
+    usage: Usage
+    prompt_tokens: list[int] = field(default_factory=list)
+    timings: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class Sampler:
+    """pl_sampler: greedy when temperature <= 0, else llama.cpp's chain
+    top-k -> top-p -> min-p -> temperature -> one seeded draw."""
+
+    def __init__(self, n_vocab: int, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95,
+                 min_p: float = 0.05, seed: int | None = None):
+        if seed is None:
+            seed = native.sampler_default_params()["seed"]
+        self._h = None
+        self.n_vocab = int(n_vocab)
+        self._h = native.sampler_create(n_vocab, temperature, top_k, top_p, min_p, seed)
+
+    def sample(self, logits: np.ndarray) -> int:
+        if not self._h:
+            raise InvalidArgumentError("the sampler is closed")
+        logits = np.asarray(logits)
+        if logits.shape != (self.n_vocab,):
+            raise InvalidArgumentError(f"logits must have shape ({self.n_vocab},), not {logits.shape}")
+        return native.sampler_sample(self._h, logits)
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h:
+            native.sampler_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Session:
+    """One sequence: a KV-cache slot of the model and its position.
+    A model has ``sequences`` slots (default 1), so at most that many
+    sessions (and streams) can be alive at once."""
+
+    def __init__(self, model: "Model"):
+        self._h = None
+        self.model = model
+        self._h = native.session_create(model._handle)
+        model._sessions.add(self)
+
+    @property
+    def _handle(self) -> int:
+        if not self._h:
+            raise InvalidArgumentError("the session is closed")
+        return self._h
+
+    @property
+    def pos(self) -> int:
+        """Tokens in the sequence so far."""
+        return native.session_pos(self._handle)
+
+    def reset(self) -> None:
+        native.session_reset(self._handle)
+
+    def eval(self, ids: Sequence[int], logits: bool | np.ndarray = True) -> np.ndarray | None:
+        """Appends ids; returns the logits after the last one (float32
+        [n_vocab]), or None when logits=False. A preallocated float32
+        array may be passed as logits to be filled and returned."""
+        ids = list(ids) if not isinstance(ids, np.ndarray) else ids
+        out = None
+        if isinstance(logits, np.ndarray):
+            out = logits
+            if out.shape != (self.model.n_vocab,):
+                raise InvalidArgumentError(f"logits buffer must have shape ({self.model.n_vocab},)")
+        elif logits:
+            out = np.empty(self.model.n_vocab, dtype=np.float32)
+        with self.model._lock:
+            native.session_eval(self._handle, ids, out)
+        return out
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h:
+            self.model._sessions.discard(self)
+            if self.model._ptr:   # a closed model already freed its sessions' slots
+                native.session_free(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Stream:
+    """An iterator over generated text pieces (str). Pieces never split a
+    UTF-8 character and never contain (part of) a stop string. After the
+    iteration ends, ``completion`` holds the Completion (finish_reason,
+    tokens, usage). close() (or leaving a ``with`` block) ends it early and
+    releases its KV-cache slot."""
+
+    def __init__(self, gen: Iterator[str], owned: Sequence = ()):
+        self._gen = gen
+        self._owned = list(owned)   # native objects to release on close
+        self.completion: Completion | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        return next(self._gen)
+
+    def close(self) -> None:
+        close = getattr(self._gen, "close", None)
+        if close is not None:
+            close()
+        for o in self._owned:
+            o.close()
+        self._owned = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def text(self) -> str | None:
+        return None if self.completion is None else self.completion.text
+
+
+def _stop_list(stop) -> list[str]:
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        stop = [stop]
+    out = [s for s in stop if s]
+    if not all(isinstance(s, str) for s in out):
+        raise InvalidArgumentError("stop must be a string or a list of strings")
+    return out
+
+
+class Model:
+    """A GGUF model loaded on one device.
+
+        with pocketllm.Model("model.gguf") as m:
+            print(m.generate("The capital of France is", max_tokens=8))
+
+    path      the .gguf file
+    device    backend name: "cpu" (default) or "ref"
+    threads   worker threads (None = all cores)
+    ctx       context length per sequence (None or 0 = min(file's, 4096))
+    sequences KV-cache slots, i.e. sessions/streams alive at once (default 1)
+    batch     max tokens per forward call (None = 512)
+    memory_budget  bytes the device may use (None = no limit)
+    vocab_only     load only the tokenizer
+    """
+
+    def __init__(self, path: str | os.PathLike, device: str = "cpu", threads: int | None = None,
+                 ctx: int | None = 4096, *, sequences: int = 1, batch: int | None = None,
+                 memory_budget: int | None = None, vocab_only: bool = False):
+        self._ptr = None
+        self._lock = threading.RLock()
+        self._sessions: weakref.WeakSet = weakref.WeakSet()
+        self._inspect = None
+        self.path = os.fspath(path)
+        for name, v in (("threads", threads), ("ctx", ctx), ("batch", batch), ("memory_budget", memory_budget)):
+            if v is not None and (not isinstance(v, (int, np.integer)) or v < 0):
+                raise InvalidArgumentError(f"{name} must be a non-negative integer or None, not {v!r}")
+        if not isinstance(sequences, (int, np.integer)) or sequences < 1:
+            raise InvalidArgumentError(f"sequences must be a positive integer, not {sequences!r}")
+        self._ptr = native.model_load(self.path, device=device, n_threads=threads or 0, n_ctx=ctx or 0,
+                                      n_seq=sequences, n_batch=batch or 0, memory_budget=memory_budget or 0,
+                                      vocab_only=vocab_only)
+        info = native.model_info(self._ptr)
+        self.n_vocab: int = info["n_vocab"]
+        self.vocab_only = bool(vocab_only)
+
+    # ---- lifetime ----
+
+    @property
+    def _handle(self) -> int:
+        if not self._ptr:
+            raise InvalidArgumentError("the model is closed")
+        return self._ptr
+
+    @property
+    def closed(self) -> bool:
+        return not self._ptr
+
+    def close(self) -> None:
+        """Frees the model's native memory (weights mapping, KV cache,
+        scratch). Sessions and streams of the model become unusable."""
+        with self._lock:
+            ptr = self._ptr
+            if not ptr:
+                return
+            for s in list(self._sessions):
+                s.close()
+            self._ptr = None
+            if self._inspect is not None:
+                self._inspect.close()
+                self._inspect = None
+            native.model_free(ptr)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        if not self._ptr:
+            return f"<pocketllm.Model {self.path!r} (closed)>"
+        return f"<pocketllm.Model {self.path!r} arch={self.arch} device={self.device} n_ctx={self.n_ctx}>"
+
+    # ---- properties ----
+
+    @property
+    def info(self) -> dict:
+        """n_vocab, n_ctx, n_threads, n_params, weight_bytes, arch, device,
+        memory_plan (bytes: weights, kv_cache, scratch, total)."""
+        return native.model_info(self._handle)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.info["n_ctx"]
+
+    @property
+    def arch(self) -> str:
+        return self.info["arch"]
+
+    @property
+    def device(self) -> str:
+        return self.info["device"]
+
+    @property
+    def n_params(self) -> int:
+        return self.info["n_params"]
+
+    @property
+    def memory_plan(self) -> dict:
+        return self.info["memory_plan"]
+
+    def meta_str(self, key: str) -> str | None:
+        """A string metadata value of the file (None if absent or not a string)."""
+        return native.model_meta_str(self._handle, key)
+
+    def meta(self, key: str, default=None):
+        """Any metadata value of the file (int, float, bool, str, or a list
+        for arrays), read through the C GGUF reader; default if absent."""
+        from .errors import NotFoundError
+        with self._lock:
+            if self._inspect is None:
+                self._inspect = native.InspectFile(self.path)
+            f = self._inspect
+        try:
+            return f.get(key)
+        except NotFoundError:
+            return default
+
+    @property
+    def chat_template(self) -> str | None:
+        """The file's tokenizer.chat_template, or None."""
+        return self.meta_str("tokenizer.chat_template")
+
+    # ---- tokenizer ----
+
+    def tokenize(self, text: str | bytes, special: bool = True, add_bos: bool | None = None) -> list[int]:
+        """Token ids of text. special: text of control tokens (such as
+        "<|im_start|>") becomes those tokens. add_bos: None = as the file
+        says (tokenizer.ggml.add_bos_token)."""
+        if isinstance(text, str):
+            text = text.encode("utf-8")
+        elif not isinstance(text, (bytes, bytearray, memoryview)):
+            raise InvalidArgumentError(f"text must be str or bytes, not {type(text).__name__}")
+        return native.tokenize(self._handle, bytes(text), special, add_bos)
+
+    def token_to_piece(self, token: int, special: bool = False) -> bytes:
+        """The bytes of one token (possibly a partial UTF-8 sequence).
+        special: render control tokens as their text."""
+        return native.token_to_piece(self._handle, token, special)
+
+    def detokenize(self, ids: Iterable[int], special: bool = True) -> str:
+        """The text of token ids (invalid UTF-8 becomes U+FFFD). special:
+        render control tokens as their text."""
+        return self.detokenize_bytes(ids, special).decode("utf-8", "replace")
+
+    def detokenize_bytes(self, ids: Iterable[int], special: bool = True) -> bytes:
+        return native.detokenize(self._handle, list(ids), special)
+
+    def is_eog(self, token: int) -> bool:
+        """True for end-of-generation tokens (EOS, <|im_end|>, ...)."""
+        return native.token_is_eog(self._handle, token)
+
+    # ---- low level ----
+
+    def session(self) -> Session:
+        """A new sequence (holds one of the model's KV-cache slots until closed)."""
+        return Session(self)
+
+    def sampler(self, temperature: float = 0.0, top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05,
+                seed: int | None = None) -> Sampler:
+        return Sampler(self.n_vocab, temperature, top_k, top_p, min_p, seed)
+
+    def logits(self, ids: Sequence[int] | str, all_positions: bool = False) -> np.ndarray:
+        """Logits after a fresh prefill of ids (a str is tokenized first):
+        float32 [n_vocab] for the last position, or [len(ids), n_vocab]
+        for every position when all_positions is true."""
+        if isinstance(ids, (str, bytes)):
+            ids = self.tokenize(ids)
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise InvalidArgumentError("logits: no tokens given")
+        with Session(self) as s:
+            if not all_positions:
+                return s.eval(ids)
+            out = np.empty((len(ids), self.n_vocab), dtype=np.float32)
+            # The engine produces n_seq logit rows per graph, so per-token
+            # evaluation costs what one batched call with every row would.
+            for i, t in enumerate(ids):
+                s.eval([t], out[i])
+            return out
+
+    def forward(self, tokens: Sequence[int], pos: Sequence[int], seq: Sequence[int] | int = 0,
+                want_logits: Sequence[bool] | None = None) -> np.ndarray:
+        """pl_model_forward: one batch of tokens, each with its own position
+        and KV-cache slot (0 .. sequences-1). Returns float32
+        [n_wanted, n_vocab] logits for the tokens whose want_logits is set
+        (default: the last token only). Slots used here must not belong to a
+        live Session; pl_model_kv_truncate semantics apply to rewrites."""
+        n = len(tokens)
+        if isinstance(seq, (int, np.integer)):
+            seq = [int(seq)] * n
+        if want_logits is None:
+            want_logits = [False] * (n - 1) + [True] if n else []
+        want = np.asarray(want_logits, dtype=bool)
+        out = np.empty((int(want.sum()), self.n_vocab), dtype=np.float32)
+        with self._lock:
+            native.model_forward(self._handle, tokens, pos, seq, want, out if out.size else None)
+        return out
+
+    # ---- generation ----
+
+    def _prompt_ids(self, prompt, special: bool, add_bos: bool | None) -> list[int]:
+        if isinstance(prompt, (str, bytes)):
+            ids = self.tokenize(prompt, special=special, add_bos=add_bos)
+        else:
+            ids = [int(i) for i in prompt]
+        if not ids:
+            raise InvalidArgumentError("the prompt is empty")
+        return ids
+
+    def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 128, temperature: float = 0.0,
+               top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
+               stop: str | Sequence[str] | None = None, *, special: bool = True,
+               add_bos: bool | None = None, ignore_eos: bool = False) -> Stream:
+        """Generates from prompt (text, or token ids), yielding text pieces
+        as they complete. See generate() for the parameters."""
+        ids = self._prompt_ids(prompt, special, add_bos)
+        if max_tokens is not None and (not isinstance(max_tokens, (int, np.integer)) or max_tokens < 0):
+            raise InvalidArgumentError(f"max_tokens must be a non-negative integer or None, not {max_tokens!r}")
+        stops = _stop_list(stop)
+        # Create native objects now, so errors surface at the call, not at
+        # the first next().
+        session = Session(self)
+        try:
+            sampler = Sampler(self.n_vocab, temperature, top_k, top_p, min_p, seed)
+        except BaseException:
+            session.close()
+            raise
+        st = Stream(iter(()), owned=(sampler, session))
+        st._gen = self._run(st, session, sampler, ids, max_tokens, stops, ignore_eos)
+        return st
+
+    def generate(self, prompt: str | Sequence[int], max_tokens: int | None = 128, temperature: float = 0.0,
+                 top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
+                 stop: str | Sequence[str] | None = None, *, special: bool = True,
+                 add_bos: bool | None = None, ignore_eos: bool = False) -> Completion:
+        """Generates a completion of prompt.
+
+        prompt       text (tokenized with special tokens parsed) or token ids
+        max_tokens   tokens to generate at most (None = until the context is full)
+        temperature  0 = greedy (token-identical to llama.cpp); > 0 samples
+        top_k, top_p, min_p  sampling filters (llama.cpp's defaults)
+        seed         RNG seed (None = the library's fixed default)
+        stop         a string or strings that end the generation (not
+                     included in the text)
+        special      parse special-token text in a text prompt
+        add_bos      prepend BOS (None = as the file says)
+        ignore_eos   keep generating past end-of-generation tokens (their
+                     text is empty), as llama.cpp's --ignore-eos
+        """
+        with self.stream(prompt, max_tokens, temperature, top_k, top_p, min_p, seed, stop, special=special,
+                         add_bos=add_bos, ignore_eos=ignore_eos) as st:
+            for _ in st:
+                pass
+        return st.completion
+
+    def _run(self, st: Stream, session: Session, sampler: Sampler, ids: list[int], max_tokens: int | None,
+             stops: list[str], ignore_eos: bool) -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = ""          # decoded text so far
+        emitted = 0        # characters of text already yielded
+        searched = 0       # text[:searched] holds no complete stop string
+        longest = max((len(s) for s in stops), default=0)
+        tokens: list[int] = []
+        finish = "length"
+        stopped_by_string = False
+        t_prefill = t_decode = 0.0
+        try:
+            logits = np.empty(self.n_vocab, dtype=np.float32)
+            t0 = time.perf_counter()
+            session.eval(ids, logits)
+            t_prefill = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            n_ctx = self.n_ctx
+            limit = max_tokens if max_tokens is not None else n_ctx
+            step = 0
+            while step < limit:
+                tok = sampler.sample(logits)
+                tokens.append(tok)
+                step += 1
+                if not ignore_eos and self.is_eog(tok):
+                    finish = "stop"
+                    break
+                text += decoder.decode(self.token_to_piece(tok, special=False))
+                end = len(text)
+                if stops:
+                    start = max(0, searched - longest + 1)
+                    hits = [i for i in (text.find(s, start) for s in stops) if i >= 0]
+                    if hits:
+                        text = text[:min(hits)]
+                        finish = "stop"
+                        stopped_by_string = True
+                        break
+                    searched = len(text)
+                    # Hold back a tail that could still begin a stop string.
+                    for k in range(min(longest - 1, len(text)), 0, -1):
+                        tail = text[-k:]
+                        if any(s.startswith(tail) for s in stops):
+                            end = len(text) - k
+                            break
+                if end > emitted:
+                    piece = text[emitted:end]
+                    emitted = end
+                    yield piece
+                if step >= limit:
+                    break
+                if session.pos >= n_ctx:
+                    break
+                session.eval([tok], logits)
+            if not stopped_by_string:
+                text += decoder.decode(b"", final=True)
+            t_decode = time.perf_counter() - t0
+            if len(text) > emitted:
+                yield text[emitted:]
+                emitted = len(text)
+            st.completion = Completion(text=text, tokens=tokens, finish_reason=finish,
+                                       usage=Usage(len(ids), len(tokens)), prompt_tokens=ids,
+                                       timings={"prefill_ms": t_prefill * 1e3, "decode_ms": t_decode * 1e3})
+        finally:
+            sampler.close()
+            session.close()
+
+    # ---- chat ----
+
+    def chat(self, messages: Sequence[dict], *, stream: bool = False, add_generation_prompt: bool = True,
+             tools: Sequence[dict] | None = None, template: str | None = None,
+             template_kwargs: dict | None = None, **gen_kwargs) -> Completion | Stream:
+        """Renders messages ([{"role": ..., "content": ...}, ...]) with the
+        file's chat template and generates the assistant's reply (a
+        Completion, or a Stream when stream=True). template overrides the
+        file's template; template_kwargs adds variables (for example
+        {"enable_thinking": False}); other keyword arguments go to
+        generate()."""
+        from .chat import render_chat
+        prompt = render_chat(self, messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                             template=template, **(template_kwargs or {}))
+        add_bos = gen_kwargs.pop("add_bos", None)
+        if add_bos is None:
+            add_bos = None if not self._bos_text() or not prompt.startswith(self._bos_text()) else False
+        if stream:
+            return self.stream(prompt, add_bos=add_bos, **gen_kwargs)
+        return self.generate(prompt, add_bos=add_bos, **gen_kwargs)
+
+    def apply_chat_template(self, messages: Sequence[dict], add_generation_prompt: bool = True,
+                            tools: Sequence[dict] | None = None, template: str | None = None, **kwargs) -> str:
+        """The prompt text chat() would generate from."""
+        from .chat import render_chat
+        return render_chat(self, messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                           template=template, **kwargs)
+
+    def _special_text(self, key: str) -> str:
+        tok = self.meta(key)
+        if not isinstance(tok, int) or not 0 <= tok < self.n_vocab:
+            return ""
+        return self.token_to_piece(tok, special=True).decode("utf-8", "replace")
+
+    def _bos_text(self) -> str:
+        return self._special_text("tokenizer.ggml.bos_token_id")
+
+    def _eos_text(self) -> str:
+        return self._special_text("tokenizer.ggml.eos_token_id")

@@ -1,0 +1,582 @@
+"""The ctypes bridge over libpocketllm's public C API (include/pocketllm.h).
+
+This module is the one place where Python meets C: it finds and loads the
+shared library, declares argtypes/restype for every function it uses, turns
+each non-zero pl_status into the matching PocketLLMError subclass carrying
+pl_last_error()'s message, and owns every buffer handed to or received from
+C (C-allocated results are copied and released with pl_free).
+
+The library is loaded lazily, on the first call that needs it, from (in
+this order):
+  1. $POCKETLLM_LIB: the path of libpocketllm.so, or a directory holding it;
+  2. the copy installed inside this package by ``pip install``;
+  3. the project's build tree, when this package runs from a source
+     checkout (python/pocketllm -> <repo>/build/lib/libpocketllm.so).
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from ctypes import (POINTER, Structure, byref, c_bool, c_char, c_char_p, c_double, c_float, c_int,
+                    c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p)
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InvalidArgumentError, LibraryNotFoundError, error_for_status
+
+LIB_NAME = "libpocketllm.so"
+BIN_NAME = "pocketllm"
+_HERE = Path(__file__).resolve().parent
+
+# ---- locating the library and the CLI ----------------------------------------
+
+
+def _source_checkout_root() -> Path | None:
+    """<repo> when this package is <repo>/python/pocketllm of a checkout."""
+    root = _HERE.parent.parent
+    if _HERE.parent.name == "python" and (root / "CMakeLists.txt").is_file() and (root / "include" / "pocketllm.h").is_file():
+        return root
+    return None
+
+
+def library_candidates() -> list[Path]:
+    """Where the library is looked for, in order."""
+    env = os.environ.get("POCKETLLM_LIB")
+    if env:
+        p = Path(env)
+        return [p / LIB_NAME if p.is_dir() else p]
+    out = [_HERE / LIB_NAME]
+    root = _source_checkout_root()
+    if root is not None:
+        out.append(root / "build" / "lib" / LIB_NAME)
+    return out
+
+
+def find_library() -> Path:
+    """The path of libpocketllm.so, or LibraryNotFoundError saying where it
+    was looked for and how to provide it."""
+    tried = library_candidates()
+    for p in tried:
+        if p.is_file():
+            return p.resolve()
+    if os.environ.get("POCKETLLM_LIB"):
+        raise LibraryNotFoundError(
+            f"POCKETLLM_LIB is set to {os.environ['POCKETLLM_LIB']!r}, but there is no {LIB_NAME} there")
+    raise LibraryNotFoundError(
+        f"cannot find {LIB_NAME} (looked in: {', '.join(str(p) for p in tried)}). Install the package with "
+        f"'pip install <repo>/python' (which builds the library), build the project with CMake "
+        f"('cmake -S . -B build && cmake --build build'), or set POCKETLLM_LIB to the library's path")
+
+
+def find_cli() -> Path:
+    """The path of the pocketllm command-line binary (bundled next to the
+    library by the wheel, or in the build tree beside lib/)."""
+    tried: list[Path] = []
+    env = os.environ.get("POCKETLLM_BIN")
+    if env:
+        tried.append(Path(env))
+    tried.append(_HERE / "bin" / BIN_NAME)
+    try:
+        lib = find_library()
+        tried.append(lib.resolve().parent.parent / "bin" / BIN_NAME)
+    except LibraryNotFoundError:
+        pass
+    root = _source_checkout_root()
+    if root is not None:
+        tried.append(root / "build" / "bin" / BIN_NAME)
+    for p in tried:
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    raise LibraryNotFoundError(
+        f"cannot find the {BIN_NAME} binary (looked in: {', '.join(str(p) for p in tried)}); "
+        f"set POCKETLLM_BIN to its path")
+
+
+# ---- C structs ----------------------------------------------------------------
+
+
+class ModelParams(Structure):
+    _fields_ = [("device", c_char_p), ("n_threads", c_int), ("n_ctx", c_int), ("n_seq", c_int),
+                ("n_batch", c_int), ("memory_budget", c_uint64), ("vocab_only", c_bool)]
+
+
+class MemoryPlan(Structure):
+    _fields_ = [("weights", c_uint64), ("kv_cache", c_uint64), ("scratch", c_uint64), ("total", c_uint64)]
+
+
+class Batch(Structure):
+    _fields_ = [("n", c_int32), ("tokens", POINTER(c_int32)), ("pos", POINTER(c_int32)),
+                ("seq", POINTER(c_int32)), ("want_logits", POINTER(c_bool))]
+
+
+class SamplerParams(Structure):
+    _fields_ = [("temperature", c_float), ("top_k", c_int32), ("top_p", c_float), ("min_p", c_float),
+                ("seed", c_uint64)]
+
+
+class TensorInfo(Structure):
+    _fields_ = [("name", c_char_p), ("type", c_int32), ("type_name", c_char_p), ("n_dims", c_int32),
+                ("ne", c_int64 * 4), ("offset", c_uint64), ("size", c_uint64)]
+
+
+# ---- declarations -------------------------------------------------------------
+
+STATUS = "status"  # marker: returns pl_status, checked automatically
+_p = c_void_p
+_cstr_out = POINTER(c_char_p)
+_ptr_out = POINTER(c_void_p)
+
+# name: (restype, argtypes). Every function of pocketllm.h the package uses.
+_DECLS: dict[str, tuple] = {
+    "pl_status_str": (c_char_p, [c_int]),
+    "pl_last_error": (c_char_p, []),
+    "pl_version": (c_char_p, []),
+    # model
+    "pl_model_default_params": (ModelParams, []),
+    "pl_model_load": (STATUS, [c_char_p, POINTER(ModelParams), _ptr_out]),
+    "pl_model_free": (None, [_p]),
+    "pl_model_memory_plan": (MemoryPlan, [_p]),
+    "pl_model_n_vocab": (c_int32, [_p]),
+    "pl_model_n_params": (c_uint64, [_p]),
+    "pl_model_weight_bytes": (c_uint64, [_p]),
+    "pl_model_n_threads": (c_int, [_p]),
+    "pl_model_n_ctx": (c_int32, [_p]),
+    "pl_model_arch": (c_char_p, [_p]),
+    "pl_model_device": (c_char_p, [_p]),
+    "pl_model_meta_str": (c_char_p, [_p, c_char_p]),
+    # tokenizer
+    "pl_tokenize": (STATUS, [_p, c_char_p, c_size_t, c_bool, POINTER(c_bool), POINTER(POINTER(c_int32)),
+                             POINTER(c_size_t)]),
+    "pl_token_to_piece": (STATUS, [_p, c_int32, c_bool, POINTER(c_char), c_size_t, POINTER(c_size_t)]),
+    "pl_detokenize": (STATUS, [_p, POINTER(c_int32), c_size_t, c_bool, POINTER(c_void_p), POINTER(c_size_t)]),
+    "pl_token_is_eog": (c_bool, [_p, c_int32]),
+    "pl_free": (None, [c_void_p]),
+    # sessions and decoding
+    "pl_session_create": (STATUS, [_p, _ptr_out]),
+    "pl_session_free": (None, [_p]),
+    "pl_session_pos": (c_int32, [_p]),
+    "pl_session_reset": (None, [_p]),
+    "pl_session_eval": (STATUS, [_p, POINTER(c_int32), c_size_t, POINTER(c_float)]),
+    "pl_model_forward": (STATUS, [_p, POINTER(Batch), POINTER(c_float)]),
+    "pl_model_kv_truncate": (None, [_p, c_int32, c_int32]),
+    # sampling
+    "pl_sampler_default_params": (SamplerParams, []),
+    "pl_sampler_create": (STATUS, [POINTER(SamplerParams), c_int32, _ptr_out]),
+    "pl_sampler_free": (None, [_p]),
+    "pl_sampler_sample": (c_int32, [_p, POINTER(c_float)]),
+    # inspecting a GGUF file
+    "pl_inspect_open": (STATUS, [c_char_p, _ptr_out]),
+    "pl_inspect_close": (None, [_p]),
+    "pl_inspect_version": (c_uint32, [_p]),
+    "pl_inspect_alignment": (c_uint64, [_p]),
+    "pl_inspect_data_offset": (c_uint64, [_p]),
+    "pl_inspect_n_meta": (c_int64, [_p]),
+    "pl_inspect_meta_key": (STATUS, [_p, c_int64, POINTER(c_void_p), POINTER(c_size_t)]),
+    "pl_inspect_meta_type": (STATUS, [_p, c_char_p, POINTER(c_int), POINTER(c_int), POINTER(c_uint64)]),
+    "pl_inspect_meta_i64": (STATUS, [_p, c_char_p, c_int64, POINTER(c_int64)]),
+    "pl_inspect_meta_f64": (STATUS, [_p, c_char_p, c_int64, POINTER(c_double)]),
+    "pl_inspect_meta_str": (STATUS, [_p, c_char_p, c_int64, POINTER(c_void_p), POINTER(c_size_t)]),
+    "pl_inspect_n_tensors": (c_int64, [_p]),
+    "pl_inspect_tensor": (STATUS, [_p, c_int64, POINTER(TensorInfo)]),
+    "pl_inspect_dequantize": (STATUS, [_p, c_int64, c_int64, c_int64, POINTER(c_float)]),
+}
+
+# Functions a library may lack (newer additions); everything else is required.
+_OPTIONAL = {name for name in _DECLS if name.startswith("pl_inspect_")}
+
+_lib = None
+_lib_path: Path | None = None
+_lib_lock = threading.Lock()
+
+
+def last_error() -> str:
+    msg = _lib.pl_last_error() if _lib is not None else None
+    return msg.decode("utf-8", "replace") if msg else ""
+
+
+def _errcheck(result, func, args):
+    if result != 0:
+        raise error_for_status(result, last_error() or _status_str(result))
+    return result
+
+
+def _status_str(st: int) -> str:
+    s = _lib.pl_status_str(st)
+    return s.decode() if s else f"status {st}"
+
+
+def _load():
+    global _lib, _lib_path
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        path = find_library()
+        try:
+            lib = ctypes.CDLL(str(path))
+        except OSError as e:
+            raise LibraryNotFoundError(f"cannot load {path}: {e}") from None
+        missing = []
+        for name, (restype, argtypes) in _DECLS.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                if name not in _OPTIONAL:
+                    missing.append(name)
+                continue
+            fn.argtypes = argtypes
+            if restype is STATUS:
+                fn.restype = c_int
+                fn.errcheck = _errcheck
+            else:
+                fn.restype = restype
+        if missing:
+            raise LibraryNotFoundError(f"{path} is not a compatible libpocketllm: it lacks {', '.join(missing)}")
+        _lib_path = path
+        _lib = lib
+        return lib
+
+
+def lib():
+    """The loaded library (loading it on first use)."""
+    return _lib if _lib is not None else _load()
+
+
+def library_path() -> Path:
+    lib()
+    return _lib_path
+
+
+def has(name: str) -> bool:
+    """True if the loaded library exports the C function ``name``."""
+    return hasattr(lib(), name)
+
+
+def version() -> str:
+    return lib().pl_version().decode()
+
+
+def _s(b: bytes | None) -> str | None:
+    return None if b is None else b.decode("utf-8", "replace")
+
+
+def _ids_array(ids) -> tuple[np.ndarray, object]:
+    """A contiguous int32 copy of ids and a ctypes pointer to it."""
+    a = np.ascontiguousarray(np.asarray(ids, dtype=np.int64).reshape(-1))
+    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        raise InvalidArgumentError("token id out of the int32 range")
+    a = a.astype(np.int32)
+    return a, a.ctypes.data_as(POINTER(c_int32))
+
+
+def _f32_ptr(a: np.ndarray):
+    return a.ctypes.data_as(POINTER(c_float))
+
+
+# ---- model --------------------------------------------------------------------
+
+
+def model_load(path: str, device: str | None = None, n_threads: int = 0, n_ctx: int = 0, n_seq: int = 0,
+               n_batch: int = 0, memory_budget: int = 0, vocab_only: bool = False) -> int:
+    L = lib()
+    p = L.pl_model_default_params()
+    dev = device.encode() if device else None
+    p.device = dev
+    p.n_threads = int(n_threads)
+    p.n_ctx = int(n_ctx)
+    p.n_seq = int(n_seq)
+    p.n_batch = int(n_batch)
+    p.memory_budget = int(memory_budget)
+    p.vocab_only = bool(vocab_only)
+    out = c_void_p()
+    L.pl_model_load(os.fsencode(path), byref(p), byref(out))
+    return out.value
+
+
+def model_free(m: int) -> None:
+    lib().pl_model_free(m)
+
+
+def model_info(m: int) -> dict:
+    L = lib()
+    plan = L.pl_model_memory_plan(m)
+    return {
+        "n_vocab": L.pl_model_n_vocab(m),
+        "n_ctx": L.pl_model_n_ctx(m),
+        "n_threads": L.pl_model_n_threads(m),
+        "n_params": L.pl_model_n_params(m),
+        "weight_bytes": L.pl_model_weight_bytes(m),
+        "arch": _s(L.pl_model_arch(m)),
+        "device": _s(L.pl_model_device(m)),
+        "memory_plan": {"weights": plan.weights, "kv_cache": plan.kv_cache, "scratch": plan.scratch,
+                        "total": plan.total},
+    }
+
+
+def model_meta_str(m: int, key: str) -> str | None:
+    """A string metadata value of the model's file, or None (absent, not a
+    string, or longer than the C accessor's 64 KiB buffer)."""
+    v = lib().pl_model_meta_str(m, key.encode())
+    return None if v is None else v.decode("utf-8", "surrogateescape")
+
+
+# ---- tokenizer ----------------------------------------------------------------
+
+
+def tokenize(m: int, text: bytes, parse_special: bool, add_bos: bool | None) -> list[int]:
+    L = lib()
+    ids = POINTER(c_int32)()
+    n = c_size_t()
+    bos = None if add_bos is None else byref(c_bool(bool(add_bos)))
+    L.pl_tokenize(m, text, len(text), bool(parse_special), bos, byref(ids), byref(n))
+    try:
+        return ids[:n.value] if n.value else []
+    finally:
+        L.pl_free(ctypes.cast(ids, c_void_p))
+
+
+def token_to_piece(m: int, tok: int, special: bool) -> bytes:
+    L = lib()
+    buf = ctypes.create_string_buffer(64)
+    n = c_size_t()
+    try:
+        L.pl_token_to_piece(m, int(tok), bool(special), buf, len(buf), byref(n))
+    except InvalidArgumentError:
+        if n.value <= len(buf):   # a bad id, not a short buffer
+            raise
+        buf = ctypes.create_string_buffer(n.value)
+        L.pl_token_to_piece(m, int(tok), bool(special), buf, len(buf), byref(n))
+    return buf.raw[:n.value]
+
+
+def detokenize(m: int, ids, special: bool) -> bytes:
+    L = lib()
+    a, ptr = _ids_array(ids)
+    text = c_void_p()
+    n = c_size_t()
+    L.pl_detokenize(m, ptr, a.size, bool(special), byref(text), byref(n))
+    try:
+        return ctypes.string_at(text, n.value) if n.value else b""
+    finally:
+        L.pl_free(text)
+
+
+def token_is_eog(m: int, tok: int) -> bool:
+    return bool(lib().pl_token_is_eog(m, int(tok)))
+
+
+# ---- sessions, forward --------------------------------------------------------
+
+
+def session_create(m: int) -> int:
+    out = c_void_p()
+    lib().pl_session_create(m, byref(out))
+    return out.value
+
+
+def session_free(s: int) -> None:
+    lib().pl_session_free(s)
+
+
+def session_pos(s: int) -> int:
+    return lib().pl_session_pos(s)
+
+
+def session_reset(s: int) -> None:
+    lib().pl_session_reset(s)
+
+
+def session_eval(s: int, ids, logits: np.ndarray | None) -> None:
+    """Appends ids; if logits (a writable, contiguous float32 array of
+    n_vocab) is given, it receives the logits after the last token."""
+    a, ptr = _ids_array(ids)
+    if logits is not None:
+        _check_f32_out(logits, None)
+    lib().pl_session_eval(s, ptr, a.size, None if logits is None else _f32_ptr(logits))
+
+
+def _check_f32_out(a: np.ndarray, n: int | None) -> None:
+    if a.dtype != np.float32 or not a.flags.c_contiguous or not a.flags.writeable:
+        raise InvalidArgumentError("logits buffer must be a writable, contiguous float32 array")
+    if n is not None and a.size < n:
+        raise InvalidArgumentError(f"logits buffer holds {a.size} floats, {n} needed")
+
+
+def model_forward(m: int, tokens, pos, seq, want_logits, logits: np.ndarray | None) -> None:
+    """pl_model_forward over a batch (arrays of equal length); logits
+    receives n_vocab floats per token whose want_logits is set."""
+    t, tp = _ids_array(tokens)
+    p, pp = _ids_array(pos)
+    q, qp = _ids_array(seq)
+    w = np.ascontiguousarray(np.asarray(want_logits, dtype=np.bool_).reshape(-1))
+    if not (t.size == p.size == q.size == w.size):
+        raise InvalidArgumentError("batch arrays differ in length")
+    b = Batch(t.size, tp, pp, qp, w.ctypes.data_as(POINTER(c_bool)))
+    if logits is not None:
+        _check_f32_out(logits, None)
+    lib().pl_model_forward(m, byref(b), None if logits is None else _f32_ptr(logits))
+
+
+def model_kv_truncate(m: int, seq: int, pos: int) -> None:
+    lib().pl_model_kv_truncate(m, int(seq), int(pos))
+
+
+# ---- sampling -----------------------------------------------------------------
+
+
+def sampler_default_params() -> dict:
+    p = lib().pl_sampler_default_params()
+    return {"temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p, "seed": p.seed}
+
+
+def sampler_create(n_vocab: int, temperature: float, top_k: int, top_p: float, min_p: float, seed: int) -> int:
+    p = SamplerParams(float(temperature), int(top_k), float(top_p), float(min_p), int(seed) & (2**64 - 1))
+    out = c_void_p()
+    lib().pl_sampler_create(byref(p), int(n_vocab), byref(out))
+    return out.value
+
+
+def sampler_free(s: int) -> None:
+    lib().pl_sampler_free(s)
+
+
+def sampler_sample(s: int, logits: np.ndarray) -> int:
+    if logits.dtype != np.float32 or not logits.flags.c_contiguous:
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+    return int(lib().pl_sampler_sample(s, _f32_ptr(logits)))
+
+
+# ---- inspecting a GGUF file ---------------------------------------------------
+
+# GGUF value type ids (the spec's numbering, as pl_inspect_meta_type returns).
+_GGUF_INT_TYPES = {0, 1, 2, 3, 4, 5, 10, 11}
+_GGUF_FLOAT_TYPES = {6, 12}
+_GGUF_BOOL, _GGUF_STRING, _GGUF_ARRAY = 7, 8, 9
+
+
+class InspectFile:
+    """A GGUF file opened by the C reader (pl_inspect_*): metadata, tensor
+    table, and the C reference decoder. Mostly for tests and tools; the
+    pure-Python reader is pocketllm.gguf."""
+
+    def __init__(self, path):
+        L = lib()
+        if not hasattr(L, "pl_inspect_open"):
+            raise LibraryNotFoundError(f"{_lib_path} lacks the pl_inspect_* API (an older build?)")
+        out = c_void_p()
+        L.pl_inspect_open(os.fsencode(os.fspath(path)), byref(out))
+        self._h = out.value
+
+    def close(self) -> None:
+        h, self._h = getattr(self, "_h", None), None
+        if h:
+            lib().pl_inspect_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def handle(self) -> int:
+        if not self._h:
+            raise InvalidArgumentError("the file is closed")
+        return self._h
+
+    @property
+    def version(self) -> int:
+        return lib().pl_inspect_version(self.handle)
+
+    @property
+    def alignment(self) -> int:
+        return lib().pl_inspect_alignment(self.handle)
+
+    @property
+    def data_offset(self) -> int:
+        return lib().pl_inspect_data_offset(self.handle)
+
+    def keys(self) -> list[str]:
+        L, h = lib(), self.handle
+        out = []
+        ptr, n = c_void_p(), c_size_t()
+        for i in range(L.pl_inspect_n_meta(h)):
+            L.pl_inspect_meta_key(h, i, byref(ptr), byref(n))
+            out.append(ctypes.string_at(ptr, n.value).decode("utf-8", "surrogateescape"))
+        return out
+
+    def meta_type(self, key: str) -> tuple[int, int, int]:
+        """(type, element type or -1, count or 1) of a key's value."""
+        t, et, n = c_int(), c_int(), c_uint64()
+        lib().pl_inspect_meta_type(self.handle, key.encode("utf-8", "surrogateescape"), byref(t), byref(et), byref(n))
+        return t.value, et.value, n.value
+
+    def _str(self, k: bytes, i: int) -> str:
+        ptr, n = c_void_p(), c_size_t()
+        lib().pl_inspect_meta_str(self.handle, k, i, byref(ptr), byref(n))
+        return ctypes.string_at(ptr, n.value).decode("utf-8", "surrogateescape") if n.value else ""
+
+    def _num(self, k: bytes, i: int, t: int):
+        if t in _GGUF_FLOAT_TYPES:
+            d = c_double()
+            lib().pl_inspect_meta_f64(self.handle, k, i, byref(d))
+            return d.value
+        v = c_int64()
+        if t == 10:  # uint64 may exceed int64: read through the double only if needed
+            try:
+                lib().pl_inspect_meta_i64(self.handle, k, i, byref(v))
+            except InvalidArgumentError:
+                d = c_double()
+                lib().pl_inspect_meta_f64(self.handle, k, i, byref(d))
+                return int(d.value)
+            return v.value
+        lib().pl_inspect_meta_i64(self.handle, k, i, byref(v))
+        return bool(v.value) if t == _GGUF_BOOL else v.value
+
+    def get(self, key: str):
+        """A value: int/float/bool/str, or a list for an array (one C call
+        per element, so slow for a whole vocabulary)."""
+        t, et, n = self.meta_type(key)
+        k = key.encode("utf-8", "surrogateescape")
+        if t == _GGUF_STRING:
+            return self._str(k, -1)
+        if t != _GGUF_ARRAY:
+            return self._num(k, -1, t)
+        if et == _GGUF_STRING:
+            return [self._str(k, i) for i in range(n)]
+        if et == _GGUF_ARRAY:
+            raise InvalidArgumentError(f"key '{key}': nested arrays are not readable through the C API")
+        return [self._num(k, i, et) for i in range(n)]
+
+    def tensors(self) -> list[dict]:
+        L, h = lib(), self.handle
+        out = []
+        info = TensorInfo()
+        for i in range(L.pl_inspect_n_tensors(h)):
+            L.pl_inspect_tensor(h, i, byref(info))
+            out.append({"name": info.name.decode("utf-8", "surrogateescape"), "type": info.type,
+                        "type_name": _s(info.type_name), "n_dims": info.n_dims,
+                        "shape": tuple(info.ne[d] for d in range(info.n_dims)), "offset": info.offset,
+                        "size": info.size})
+        return out
+
+    def dequantize(self, index: int, row0: int = 0, n_rows: int | None = None) -> np.ndarray:
+        """Rows of tensor ``index`` decoded by the C reference decoder,
+        as float32 [n_rows, ne[0]]."""
+        L, h = lib(), self.handle
+        info = TensorInfo()
+        L.pl_inspect_tensor(h, int(index), byref(info))
+        ne0 = info.ne[0]
+        rows = info.ne[1] * info.ne[2] * info.ne[3]
+        if n_rows is None:
+            n_rows = rows - row0
+        out = np.empty((max(n_rows, 0), ne0), dtype=np.float32)
+        L.pl_inspect_dequantize(h, int(index), int(row0), int(n_rows), _f32_ptr(out))
+        return out
