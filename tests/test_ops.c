@@ -462,6 +462,46 @@ typedef struct cmp_stats {
     double worst;
 } cmp_stats;
 
+/* The activation format llama.cpp pairs with a weight type (vec_dot_type). */
+static pl_dtype activation_format(pl_dtype w) {
+    switch (w) {
+    case PL_Q4_0: case PL_Q4_1: case PL_Q5_0: case PL_Q5_1: case PL_Q8_0: case PL_IQ4_NL: return PL_Q8_0;
+    default: return PL_Q8_K;
+    }
+}
+
+/* NMSE of out (n values) against ref run with src1's rows rounded through
+ * the weight type's activation format. */
+static double nmse_vs_rounded_ref(op_case *c, const pl_kernel *rk, pl_exec_ctx *ref_ctx, const float *out, int64_t n) {
+    tbuf *b = &c->buf[1];
+    const pl_tensor *x = &c->t[1];
+    const pl_dtype af = activation_format(c->key);
+    const size_t qrow = pl_dtype_row_size(af, x->ne[0]);
+    if (!qrow || !b->base) return INFINITY;
+    const size_t total = b->size + 2 * GUARD;
+    unsigned char *saved = malloc(total);
+    void *q = malloc(qrow);
+    memcpy(saved, b->base, total);
+    for (int64_t i1 = 0; i1 < x->ne[1]; i1++) {
+        float *row = pl_tensor_row(x, i1, 0, 0);
+        pl_quantize_row(af, row, q, x->ne[0]);
+        if (af == PL_Q8_K) pl_dequantize_row_q8_K(q, row, x->ne[0]);
+        else pl_dequantize_row(af, q, row, x->ne[0]);
+    }
+    memcpy(b->pristine, b->base, total);
+    run_out ro = run_case(c, rk, ref_ctx, "ref(q8 activations)");
+    int64_t nr;
+    float *vr = output_values(c, ro.dst, &nr);
+    double e = nr == n ? pl_nmse(out, vr, n) : INFINITY;
+    memcpy(b->base, saved, total);
+    memcpy(b->pristine, saved, total);
+    free(vr);
+    free(ro.dst);
+    free(q);
+    free(saved);
+    return e;
+}
+
 /* Runs backend kernel k (context ctx) and ref on every case of (op, key). */
 static void compare_kernel(const pl_backend *b, const pl_kernel *k, pl_exec_ctx *ctx, pl_op op, pl_dtype key,
                            pl_exec_ctx *ref_ctx, cmp_stats *st) {
@@ -487,7 +527,19 @@ static void compare_kernel(const pl_backend *b, const pl_kernel *k, pl_exec_ctx 
               pl_last_error());
         int64_t na, nb;
         float *va = output_values(c, bo.dst, &na), *vb = output_values(c, ro.dst, &nb);
-        const double e = pl_nmse(va, vb, na);
+        double e = pl_nmse(va, vb, na);
+        /* A quantized matmul may round its activations to 8-bit blocks first,
+         * as llama.cpp does. The NMSE of one dot product after that rounding
+         * is heavy-tailed when the exact value is near zero (cases with one
+         * or two outputs), so such a kernel also passes when it matches ref
+         * run on the rounded activations to 1e-6. */
+        if (e > thr && op == PL_OP_MATMUL && pl_dtype_get(key)->quantized) {
+            double e8 = nmse_vs_rounded_ref(c, rk, ref_ctx, va, na);
+            if (getenv("PL_TEST_VERBOSE"))
+                printf("    %s %s [%s]: NMSE %.3e vs exact, %.3e vs ref on q8-rounded activations\n", who,
+                       pl_dtype_name(key), c->desc, e, e8);
+            if (e8 <= 1e-6) e = e8;
+        }
         const bool pass = e <= thr && ro.ok && bo.ok && ro.st == PL_OK && bo.st == PL_OK;
         CHECK(e <= thr, "%s %s %s [%s]: NMSE %.3e > %.1e", who, pl_op_name(op), pl_dtype_name(key), c->desc, e, thr);
         if (getenv("PL_TEST_VERBOSE"))

@@ -34,7 +34,7 @@ static void test_sizes(void) {
     PL_QUANTIZE_TYPES(CHK_Q)
 #undef CHK_DQ
 #undef CHK_Q
-    CHECK(!pl_can_dequantize(PL_I32) && !pl_can_dequantize(PL_IQ2_XXS) && !pl_can_dequantize((pl_dtype)99),
+    CHECK(!pl_can_dequantize(PL_I32) && !pl_can_dequantize(PL_Q8_K) && !pl_can_dequantize((pl_dtype)99),
           "non-weight / unknown types are not decodable");
     CHECK(!pl_can_quantize(PL_I32), "i32 is not encodable");
     float x[QK_K] = {0};

@@ -42,7 +42,19 @@ void pl_quantize_row_q8_K(const float *x, void *dst, int64_t n);
     X(PL_Q3_K, pl_dequantize_row_q3_K)     \
     X(PL_Q4_K, pl_dequantize_row_q4_K)     \
     X(PL_Q5_K, pl_dequantize_row_q5_K)     \
-    X(PL_Q6_K, pl_dequantize_row_q6_K)
+    X(PL_Q6_K, pl_dequantize_row_q6_K)     \
+    X(PL_IQ2_XXS, pl_dequantize_row_iq2_xxs) \
+    X(PL_IQ2_XS, pl_dequantize_row_iq2_xs) \
+    X(PL_IQ2_S, pl_dequantize_row_iq2_s)   \
+    X(PL_IQ3_XXS, pl_dequantize_row_iq3_xxs) \
+    X(PL_IQ3_S, pl_dequantize_row_iq3_s)   \
+    X(PL_IQ1_S, pl_dequantize_row_iq1_s)   \
+    X(PL_IQ1_M, pl_dequantize_row_iq1_m)   \
+    X(PL_IQ4_NL, pl_dequantize_row_iq4_nl) \
+    X(PL_IQ4_XS, pl_dequantize_row_iq4_xs) \
+    X(PL_TQ1_0, pl_dequantize_row_tq1_0)   \
+    X(PL_TQ2_0, pl_dequantize_row_tq2_0)
+/* (The IQ / TQ decoders above are in quant/dequant_iq.c.) */
 
 /* Every dtype with a reference quantizer
  *     void fn(const float *x, void *dst, int64_t n)      (n a multiple of the block size),

@@ -1,0 +1,558 @@
+/* AVX2 MATMUL tile kernels for the ladder formats (see cpu_matmul_iq.h and,
+ * for the integer form every format is brought to, cpu_matmul_iq.c). Compiled
+ * with -mavx2 -mfma -mf16c; only reached after pl_cpu_has_avx2().
+ *
+ * A tile takes one weight row and up to 4 q8_K activation rows. Per 256-element
+ * block, a type's "prep" decodes the block-level fields (float factors dw / dm,
+ * the 16 sub-block scales S, k-quant mins), then per 32-element group g its
+ * "group" decoder produces, once for all activation rows:
+ *     w   32 int8: the codes' signs (only the sign of each byte is used; for
+ *         the grid types it is a +-1 vector, the magnitudes are separate),
+ *     aw  32 uint8: the codes' magnitudes |code|,
+ *     sc  16 int16: S[2g] in lanes 0-7 (elements 0-15), S[2g+1] in lanes 8-15.
+ * and each activation row adds  madd(maddubs(aw, sign(q8, w)), sc)  to its
+ * 8 int32 lanes: maddubs forms |code| * (+-q8) pair sums in int16 (at most
+ * 2 * 127 * 127, no saturation), madd applies the scale and widens to int32.
+ * Types whose codes are unsigned (LAD_UNSIGNED_<type>) skip the sign step;
+ * the ternary types and q3_K store code + offset and take the offset back out
+ * exactly, in integers, from the activation's bsums (LAD_OFFSET_<type>: the
+ * lanes start at -(off . bsums), off = offset * S per run of 16); where every
+ * S is 1 (LAD_NOSCALE_<type>: tq1_0, tq2_0) the int16 pair sums of a block are
+ * added up (at most 8 * 2 * 2 * 127) and widened once, with no madd per group.
+ * Once per block: acc += (dw * dy) * float(sum lanes); k-quants with mins also
+ * add -(dm * dy) * (mins . bsums). The row result is the sum of acc's lanes.
+ *
+ * Grid types gather 4 codebook entries of 8 bytes (or 8 of 4) per group with
+ * _mm256_set_epi64x / _mm256_set_epi32, as llama.cpp's AVX2 kernels do; sign
+ * indices go through pl_ksigns_pm1_iq2xs (bytes +1 / -1), explicit sign bits
+ * are spread to bytes with a shuffle, a bit mask and a compare.
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_matmul_iq.h"
+#include "backends/cpu/cpu_simd_avx2.h"
+#include "quant/blocks.h"
+#include "quant/ggml_tables.h"
+
+PL_AI float lad_h2f(uint16_t h) { return _cvtsh_ss(h); }
+
+PL_AI uint32_t lad_u32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* Block-level state of one weight block. */
+typedef struct lad_b {
+    float dw, dm;
+    __m256i S16;           /* 16 int16 sub-block scales, one per 16 elements */
+    __m256i mins;          /* 16 int16 mins (k-quants with mins only) */
+    __m256i off;           /* 16 int16 offset * scale (LAD_OFFSET types only) */
+    __m256i wv[8];         /* whole-block codes (tq1_0 only) */
+} lad_b;
+
+typedef struct lad_g {
+    __m256i w, aw, sc;
+} lad_g;
+
+/* The scale vector of group g: dword g of S16 holds (S[2g], S[2g+1]);
+ * broadcast it, then S[2g] to the low 128-bit lane and S[2g+1] to the high. */
+PL_AI __m256i lad_scales(const lad_b *st, int g) {
+    const __m256i pair = _mm256_permutevar8x32_epi32(st->S16, _mm256_set1_epi32(g));
+    const __m256i pick = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,
+                                          2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
+    return _mm256_shuffle_epi8(pair, pick);
+}
+
+/* S16 from 8 scales, one per 32-element group (each covers two runs of 16). */
+PL_AI __m256i lad_S32(const int16_t s[8]) {
+    const __m128i v = _mm_loadu_si128((const __m128i *)s);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(v, v)), _mm_unpackhi_epi16(v, v), 1);
+}
+
+/* S16 = 2 * nibble + 1 from 8 bytes of two 4-bit scales (low nibble: first
+ * 16 elements of the group, high nibble: the next 16). */
+PL_AI __m256i lad_S_nibbles_odd(const uint8_t *sc8) {
+    const __m128i v = _mm_loadl_epi64((const __m128i *)sc8), m4 = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m256i s = _mm256_cvtepu8_epi16(nib);
+    return _mm256_add_epi16(_mm256_slli_epi16(s, 1), _mm256_set1_epi16(1));
+}
+
+/* Signed codes w: sign vector w itself, magnitudes |w|. */
+PL_AI lad_g lad_signed(__m256i w, const lad_b *st, int g) {
+    lad_g q = {w, _mm256_abs_epi8(w), lad_scales(st, g)};
+    return q;
+}
+
+/* 32 bytes of +1 / -1 from 32 explicit sign bits (bit j of byte r -> element
+ * 8 r + j, set = negative). */
+PL_AI __m256i lad_sign_bits(uint32_t bits) {
+    const __m256i v = _mm256_set1_epi32((int)bits);
+    const __m256i spread = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(v, spread), mask), mask);
+    return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+
+/* ---- k-quants --------------------------------------------------------------------*/
+
+/* q2_K: group g = bit pair j = g % 4 of the 32 bytes qs[32 (g / 4) ..]. */
+PL_AI void lad_prep_q2_K(const block_q2_K *b, lad_b *st) {
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales), m4 = _mm_set1_epi8(0x0F);
+    st->mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc8, 4), m4));
+    st->S16 = _mm256_cvtepu8_epi16(_mm_and_si128(sc8, m4));
+    st->dw = lad_h2f(b->d);
+    st->dm = lad_h2f(b->dmin);
+}
+PL_AI lad_g lad_group_q2_K(const block_q2_K *b, const lad_b *st, int g) {
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (g / 4)));
+    const __m256i w = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (g % 4)), _mm256_set1_epi8(3));
+    lad_g q = {w, w, lad_scales(st, g)};
+    return q;
+}
+#define LAD_HAS_MIN_q2_K 1
+#define LAD_UNSIGNED_q2_K 1
+#define LAD_NOSCALE_q2_K 0
+#define LAD_OFFSET_q2_K 0
+
+/* q3_K: code u = low 2 bits (as q2_K) | hmask bit << 2, value u - 4; the hmask
+ * bit of group g is bit g of hmask[l]. The 16 6-bit scales (minus 32): low
+ * nibbles of bytes 0-7 (scales 0-7) and their high nibbles (8-15), top two
+ * bits of scale s at bits 2 (s / 4) of byte 8 + s % 4. */
+PL_AI void lad_prep_q3_K(const block_q3_K *b, lad_b *st) {
+    const uint32_t a0 = lad_u32(b->scales), a1 = lad_u32(b->scales + 4), a2 = lad_u32(b->scales + 8);
+    const uint32_t m2 = 0x03030303u, m4 = 0x0F0F0F0Fu;
+    const __m128i s8 = _mm_setr_epi32((int)((a0 & m4) | ((a2 & m2) << 4)), (int)((a1 & m4) | (((a2 >> 2) & m2) << 4)),
+                                      (int)(((a0 >> 4) & m4) | (((a2 >> 4) & m2) << 4)),
+                                      (int)(((a1 >> 4) & m4) | (((a2 >> 6) & m2) << 4)));
+    st->S16 = _mm256_sub_epi16(_mm256_cvtepu8_epi16(s8), _mm256_set1_epi16(32));
+    st->off = _mm256_slli_epi16(st->S16, 2);
+    st->dw = lad_h2f(b->d);
+}
+PL_AI lad_g lad_group_q3_K(const block_q3_K *b, const lad_b *st, int g) {
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (g / 4)));
+    const __m256i low = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (g % 4)), _mm256_set1_epi8(3));
+    const __m256i hm = _mm256_loadu_si256((const __m256i *)b->hmask);
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(hm, g), _mm256_set1_epi8(1));
+    const __m256i u = _mm256_or_si256(low, _mm256_slli_epi16(hb, 2));
+    lad_g q = {u, u, lad_scales(st, g)};
+    return q;
+}
+#define LAD_HAS_MIN_q3_K 0
+#define LAD_UNSIGNED_q3_K 1
+#define LAD_NOSCALE_q3_K 0
+#define LAD_OFFSET_q3_K 1
+
+/* q5_K: group g = nibble g & 1 of qs[32 (g / 2) ..] plus bit g of qh[l] as
+ * bit 4. Scales / mins: the 12-byte 6-bit packing of q4_K (see blocks.h). */
+PL_AI void lad_prep_q5_K(const block_q5_K *b, lad_b *st) {
+    const uint32_t u0 = lad_u32(b->scales), u1 = lad_u32(b->scales + 4), u2 = lad_u32(b->scales + 8);
+    const uint32_t sc03 = u0 & 0x3F3F3F3Fu, m03 = u1 & 0x3F3F3F3Fu;
+    const uint32_t sc47 = (u2 & 0x0F0F0F0Fu) | (((u0 >> 6) & 0x03030303u) << 4);
+    const uint32_t m47 = ((u2 >> 4) & 0x0F0F0F0Fu) | (((u1 >> 6) & 0x03030303u) << 4);
+    const __m128i sc = _mm_setr_epi32((int)sc03, (int)sc47, 0, 0), mn = _mm_setr_epi32((int)m03, (int)m47, 0, 0);
+    st->S16 = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sc, sc));   /* each group's scale for both runs */
+    st->mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+    st->dw = lad_h2f(b->d);
+    st->dm = lad_h2f(b->dmin);
+}
+PL_AI lad_g lad_group_q5_K(const block_q5_K *b, const lad_b *st, int g) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (g / 2)));
+    const __m256i lo = (g & 1) ? _mm256_and_si256(_mm256_srli_epi16(q, 4), m4) : _mm256_and_si256(q, m4);
+    const __m256i qh = _mm256_loadu_si256((const __m256i *)b->qh);
+    const __m256i hb = _mm256_and_si256(_mm256_srli_epi16(qh, g), _mm256_set1_epi8(1));
+    const __m256i w = _mm256_or_si256(lo, _mm256_slli_epi16(hb, 4));
+    lad_g r = {w, w, lad_scales(st, g)};
+    return r;
+}
+#define LAD_HAS_MIN_q5_K 1
+#define LAD_UNSIGNED_q5_K 1
+#define LAD_NOSCALE_q5_K 0
+#define LAD_OFFSET_q5_K 0
+
+/* ---- IQ2 / IQ3 ----------------------------------------------------------------------*/
+
+PL_AI __m256i lad_pm1(uint32_t s, int shift0) {
+    /* 4 sign indices of 7 bits, starting at bit shift0 */
+    return _mm256_set_epi64x((long long)pl_ksigns_pm1_iq2xs[(s >> (shift0 + 21)) & 127],
+                             (long long)pl_ksigns_pm1_iq2xs[(s >> (shift0 + 14)) & 127],
+                             (long long)pl_ksigns_pm1_iq2xs[(s >> (shift0 + 7)) & 127],
+                             (long long)pl_ksigns_pm1_iq2xs[(s >> shift0) & 127]);
+}
+
+PL_AI void lad_prep_iq2_xxs(const block_iq2_xxs *b, lad_b *st) {
+    int16_t s[8];
+    for (int g = 0; g < 8; g++) s[g] = (int16_t)(2 * (int)(lad_u32(&b->qs[4 * g + 2]) >> 28) + 1);
+    st->S16 = lad_S32(s);
+    st->dw = lad_h2f(b->d) * 0.125f;
+}
+PL_AI lad_g lad_group_iq2_xxs(const block_iq2_xxs *b, const lad_b *st, int g) {
+    const uint32_t a = lad_u32(&b->qs[4 * g]), s = lad_u32(&b->qs[4 * g + 2]);
+    lad_g q;
+    q.aw = _mm256_set_epi64x((long long)pl_iq2xxs_grid[a >> 24], (long long)pl_iq2xxs_grid[(a >> 16) & 0xFF],
+                             (long long)pl_iq2xxs_grid[(a >> 8) & 0xFF], (long long)pl_iq2xxs_grid[a & 0xFF]);
+    q.w = lad_pm1(s, 0);
+    q.sc = lad_scales(st, g);
+    return q;
+}
+#define LAD_HAS_MIN_iq2_xxs 0
+#define LAD_UNSIGNED_iq2_xxs 0
+#define LAD_NOSCALE_iq2_xxs 0
+#define LAD_OFFSET_iq2_xxs 0
+
+PL_AI void lad_prep_iq2_xs(const block_iq2_xs *b, lad_b *st) {
+    st->S16 = lad_S_nibbles_odd(b->scales);
+    st->dw = lad_h2f(b->d) * 0.125f;
+}
+PL_AI lad_g lad_group_iq2_xs(const block_iq2_xs *b, const lad_b *st, int g) {
+    const uint16_t *q = b->qs + 4 * g;   /* 9-bit grid index | 7-bit sign index << 9 */
+    lad_g r;
+    r.aw = _mm256_set_epi64x((long long)pl_iq2xs_grid[q[3] & 511], (long long)pl_iq2xs_grid[q[2] & 511],
+                             (long long)pl_iq2xs_grid[q[1] & 511], (long long)pl_iq2xs_grid[q[0] & 511]);
+    r.w = _mm256_set_epi64x((long long)pl_ksigns_pm1_iq2xs[q[3] >> 9], (long long)pl_ksigns_pm1_iq2xs[q[2] >> 9],
+                            (long long)pl_ksigns_pm1_iq2xs[q[1] >> 9], (long long)pl_ksigns_pm1_iq2xs[q[0] >> 9]);
+    r.sc = lad_scales(st, g);
+    return r;
+}
+#define LAD_HAS_MIN_iq2_xs 0
+#define LAD_UNSIGNED_iq2_xs 0
+#define LAD_NOSCALE_iq2_xs 0
+#define LAD_OFFSET_iq2_xs 0
+
+PL_AI void lad_prep_iq2_s(const block_iq2_s *b, lad_b *st) {
+    st->S16 = lad_S_nibbles_odd(b->scales);
+    st->dw = lad_h2f(b->d) * 0.125f;
+}
+PL_AI lad_g lad_group_iq2_s(const block_iq2_s *b, const lad_b *st, int g) {
+    const uint8_t *q = b->qs + 4 * g;
+    const int h = b->qh[g];   /* bits 8-9 of the index of run l at bits 2l..2l+1 */
+    lad_g r;
+    r.aw = _mm256_set_epi64x((long long)pl_iq2s_grid[q[3] | ((h << 2) & 0x300)],
+                             (long long)pl_iq2s_grid[q[2] | ((h << 4) & 0x300)],
+                             (long long)pl_iq2s_grid[q[1] | ((h << 6) & 0x300)],
+                             (long long)pl_iq2s_grid[q[0] | ((h << 8) & 0x300)]);
+    r.w = lad_sign_bits(lad_u32(b->qs + QK_K / 8 + 4 * g));
+    r.sc = lad_scales(st, g);
+    return r;
+}
+#define LAD_HAS_MIN_iq2_s 0
+#define LAD_UNSIGNED_iq2_s 0
+#define LAD_NOSCALE_iq2_s 0
+#define LAD_OFFSET_iq2_s 0
+
+PL_AI void lad_prep_iq3_xxs(const block_iq3_xxs *b, lad_b *st) {
+    int16_t s[8];
+    for (int g = 0; g < 8; g++) s[g] = (int16_t)(2 * (int)(lad_u32(b->qs + QK_K / 4 + 4 * g) >> 28) + 1);
+    st->S16 = lad_S32(s);
+    st->dw = lad_h2f(b->d) * 0.25f;
+}
+PL_AI lad_g lad_group_iq3_xxs(const block_iq3_xxs *b, const lad_b *st, int g) {
+    const uint8_t *q = b->qs + 8 * g;
+    lad_g r;
+    r.aw = _mm256_set_epi32((int)pl_iq3xxs_grid[q[7]], (int)pl_iq3xxs_grid[q[6]], (int)pl_iq3xxs_grid[q[5]],
+                            (int)pl_iq3xxs_grid[q[4]], (int)pl_iq3xxs_grid[q[3]], (int)pl_iq3xxs_grid[q[2]],
+                            (int)pl_iq3xxs_grid[q[1]], (int)pl_iq3xxs_grid[q[0]]);
+    r.w = lad_pm1(lad_u32(b->qs + QK_K / 4 + 4 * g), 0);
+    r.sc = lad_scales(st, g);
+    return r;
+}
+#define LAD_HAS_MIN_iq3_xxs 0
+#define LAD_UNSIGNED_iq3_xxs 0
+#define LAD_NOSCALE_iq3_xxs 0
+#define LAD_OFFSET_iq3_xxs 0
+
+PL_AI void lad_prep_iq3_s(const block_iq3_s *b, lad_b *st) {
+    /* 4 bytes of two nibbles = the 8 group scales in order */
+    const __m128i v = _mm_cvtsi32_si128((int)lad_u32(b->scales)), m4 = _mm_set1_epi8(0x0F);
+    const __m128i nib = _mm_unpacklo_epi8(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+    const __m128i s16 = _mm_add_epi16(_mm_slli_epi16(_mm_cvtepu8_epi16(nib), 1), _mm_set1_epi16(1));
+    st->S16 = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi16(s16, s16)), _mm_unpackhi_epi16(s16, s16), 1);
+    st->dw = lad_h2f(b->d);
+}
+PL_AI lad_g lad_group_iq3_s(const block_iq3_s *b, const lad_b *st, int g) {
+    const uint8_t *q = b->qs + 8 * g;
+    const int h = b->qh[g];   /* bit 8 of the index of run k (of 4) is bit k */
+#define LAD_I3(k) ((int)pl_iq3s_grid[q[k] | (((h >> (k)) & 1) << 8)])
+    lad_g r;
+    r.aw = _mm256_set_epi32(LAD_I3(7), LAD_I3(6), LAD_I3(5), LAD_I3(4), LAD_I3(3), LAD_I3(2), LAD_I3(1), LAD_I3(0));
+#undef LAD_I3
+    r.w = lad_sign_bits(lad_u32(b->signs + 4 * g));
+    r.sc = lad_scales(st, g);
+    return r;
+}
+#define LAD_HAS_MIN_iq3_s 0
+#define LAD_UNSIGNED_iq3_s 0
+#define LAD_NOSCALE_iq3_s 0
+#define LAD_OFFSET_iq3_s 0
+
+/* ---- IQ1: codes 8 * grid + delta (see cpu_matmul_iq.c) ----------------------------------*/
+
+PL_AI __m256i lad_iq1_codes(uint64_t g0, uint64_t g1, uint64_t g2, uint64_t g3, __m256i delta) {
+    const __m256i grid = _mm256_set_epi64x((long long)g3, (long long)g2, (long long)g1, (long long)g0);
+    return _mm256_add_epi8(_mm256_sign_epi8(_mm256_set1_epi8(8), grid), delta);
+}
+
+PL_AI void lad_prep_iq1_s(const block_iq1_s *b, lad_b *st) {
+    int16_t s[8];
+    for (int g = 0; g < 8; g++) s[g] = (int16_t)(2 * ((b->qh[g] >> 12) & 7) + 1);
+    st->S16 = lad_S32(s);
+    st->dw = lad_h2f(b->d) * 0.125f;
+}
+PL_AI lad_g lad_group_iq1_s(const block_iq1_s *b, const lad_b *st, int g) {
+    const uint8_t *q = b->qs + 4 * g;
+    const int h = b->qh[g];
+    const __m256i delta = _mm256_set1_epi8((h & 0x8000) ? -1 : 1);
+    const __m256i w = lad_iq1_codes(pl_iq1s_grid[q[0] | ((h << 8) & 0x700)], pl_iq1s_grid[q[1] | ((h << 5) & 0x700)],
+                                    pl_iq1s_grid[q[2] | ((h << 2) & 0x700)], pl_iq1s_grid[q[3] | ((h >> 1) & 0x700)],
+                                    delta);
+    return lad_signed(w, st, g);
+}
+#define LAD_HAS_MIN_iq1_s 0
+#define LAD_UNSIGNED_iq1_s 0
+#define LAD_NOSCALE_iq1_s 0
+#define LAD_OFFSET_iq1_s 0
+
+PL_AI void lad_prep_iq1_m(const block_iq1_m *b, lad_b *st) {
+    uint16_t sc[4];
+    memcpy(sc, b->scales, sizeof sc);
+    const uint16_t dh = (uint16_t)((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+    /* dword j of S16 = the scales of runs 2j, 2j+1: bits 6 (j % 2) and
+     * 6 (j % 2) + 3 of sc[j / 2] */
+    const __m128i v = _mm_loadl_epi64((const __m128i *)b->scales);
+    const __m256i sc32 = _mm256_cvtepu16_epi32(_mm_unpacklo_epi16(v, v));
+    const __m256i seven = _mm256_set1_epi32(7), one = _mm256_set1_epi32(1);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sc32, _mm256_setr_epi32(0, 6, 0, 6, 0, 6, 0, 6)), seven);
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sc32, _mm256_setr_epi32(3, 9, 3, 9, 3, 9, 3, 9)), seven);
+    st->S16 = _mm256_or_si256(_mm256_add_epi32(_mm256_slli_epi32(lo, 1), one),
+                              _mm256_slli_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 1), one), 16));
+    st->dw = lad_h2f(dh) * 0.125f;
+}
+PL_AI lad_g lad_group_iq1_m(const block_iq1_m *b, const lad_b *st, int g) {
+    const uint8_t *q = b->qs + 4 * g, *qh = b->qh + 2 * g;
+    /* run l: index bits 8-10 and delta sign in the low (even l) or high (odd
+     * l) nibble of qh[l / 2] */
+#define LAD_D(x) ((x) ? (long long)-1 : (long long)0x0101010101010101LL)
+    const __m256i delta = _mm256_set_epi64x(LAD_D(qh[1] & 0x80), LAD_D(qh[1] & 0x08), LAD_D(qh[0] & 0x80),
+                                            LAD_D(qh[0] & 0x08));
+#undef LAD_D
+    const __m256i w = lad_iq1_codes(pl_iq1s_grid[q[0] | ((qh[0] << 8) & 0x700)], pl_iq1s_grid[q[1] | ((qh[0] << 4) & 0x700)],
+                                    pl_iq1s_grid[q[2] | ((qh[1] << 8) & 0x700)], pl_iq1s_grid[q[3] | ((qh[1] << 4) & 0x700)],
+                                    delta);
+    return lad_signed(w, st, g);
+}
+#define LAD_HAS_MIN_iq1_m 0
+#define LAD_UNSIGNED_iq1_m 0
+#define LAD_NOSCALE_iq1_m 0
+#define LAD_OFFSET_iq1_m 0
+
+/* ---- IQ4_XS and TQ --------------------------------------------------------------------------*/
+
+PL_AI __m256i lad_kvalues(void) {
+    return _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)pl_kvalues_iq4nl));
+}
+
+/* 16 bytes of nibbles -> 32 iq4_nl values: low nibbles, then high nibbles. */
+PL_AI __m256i lad_iq4_values(const uint8_t *qs) {
+    const __m128i q = _mm_loadu_si128((const __m128i *)qs), m4 = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(q, m4), hi = _mm_and_si128(_mm_srli_epi16(q, 4), m4);
+    return _mm256_shuffle_epi8(lad_kvalues(), _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1));
+}
+
+PL_AI void lad_prep_iq4_xs(const block_iq4_xs *b, lad_b *st) {
+    /* dword g: ls_g = nibble g of scales_l | bits 2g..2g+1 of scales_h << 4,
+     * minus 32, as the int16 pair (ls_g, ls_g) */
+    const __m256i sl = _mm256_set1_epi32((int)lad_u32(b->scales_l)), sh = _mm256_set1_epi32(b->scales_h);
+    const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(sl, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                                        _mm256_set1_epi32(0xF));
+    const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(sh, _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14)),
+                                        _mm256_set1_epi32(3));
+    const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 4)), _mm256_set1_epi32(32));
+    st->S16 = _mm256_or_si256(_mm256_and_si256(ls, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(ls, 16));
+    st->dw = lad_h2f(b->d);
+}
+PL_AI lad_g lad_group_iq4_xs(const block_iq4_xs *b, const lad_b *st, int g) {
+    return lad_signed(lad_iq4_values(b->qs + 16 * g), st, g);
+}
+#define LAD_HAS_MIN_iq4_xs 0
+#define LAD_UNSIGNED_iq4_xs 0
+#define LAD_NOSCALE_iq4_xs 0
+#define LAD_OFFSET_iq4_xs 0
+
+/* tq2_0: codes t = 0..2 used unsigned; the -1 comes out of the bsums. */
+PL_AI void lad_prep_tq2_0(const block_tq2_0 *b, lad_b *st) {
+    st->S16 = st->off = _mm256_set1_epi16(1);
+    st->dw = lad_h2f(b->d);
+}
+PL_AI lad_g lad_group_tq2_0(const block_tq2_0 *b, const lad_b *st, int g) {
+    const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (g / 4)));
+    const __m256i t = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * (g % 4)), _mm256_set1_epi8(3));
+    lad_g q = {t, t, st->S16};
+    return q;
+}
+#define LAD_HAS_MIN_tq2_0 0
+#define LAD_UNSIGNED_tq2_0 1
+#define LAD_NOSCALE_tq2_0 1   /* every S = 1: sum the int16 pairs, widen once */
+#define LAD_OFFSET_tq2_0 1
+
+/* Top base-3 digit of each byte, (q * 3) >> 8, in bytes: with r = q - 1
+ * (saturating; q = 0 gives 0 either way), avg(r, avg(r, 0)) = ceil((r +
+ * ceil(r / 2)) / 2) = floor((3 q - 1) / 4) for q >= 1, whose bits 6-7 are
+ * floor(3 q / 256) (3 q is never a multiple of 256 for 1 <= q <= 255). */
+PL_AI __m256i lad_trit(__m256i q) {
+    const __m256i r = _mm256_subs_epu8(q, _mm256_set1_epi8(1));
+    const __m256i a = _mm256_avg_epu8(r, _mm256_avg_epu8(r, _mm256_setzero_si256()));
+    return _mm256_and_si256(_mm256_srli_epi16(a, 6), _mm256_set1_epi8(3));
+}
+
+PL_AI __m256i lad_times3(__m256i q) { return _mm256_add_epi8(q, _mm256_add_epi8(q, q)); }   /* mod 256 */
+
+/* tq1_0: the whole block's trits t = 0..2 are decoded here into 8 vectors of
+ * 32 (element order: see quant/blocks.h), used unsigned; the -1 comes out of
+ * the bsums. */
+PL_AI void lad_prep_tq1_0(const block_tq1_0 *b, lad_b *st) {
+    __m256i q = _mm256_loadu_si256((const __m256i *)b->qs);
+    for (int k = 0; k < 5; k++, q = lad_times3(q)) st->wv[k] = lad_trit(q);
+    /* qs[32..47] in both 128-bit lanes, times 1 (low) and 3 (high): trits
+     * (0, 1); then times 9: trits (2, 3); then 9 again: trit 4 (low lane) */
+    const __m256i q16 = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b->qs + 32)));
+    __m256i p = _mm256_blend_epi32(q16, lad_times3(q16), 0xF0);
+    st->wv[5] = lad_trit(p);
+    p = lad_times3(lad_times3(p));
+    st->wv[6] = lad_trit(p);
+    p = lad_times3(lad_times3(p));
+    /* qh[0..3] as dwords times 1, 3, 9, 27: trit k of qh[j] -> byte 4 k + j */
+    const __m128i h1 = _mm_set1_epi32((int)lad_u32(b->qh)), h3 = _mm_add_epi8(h1, _mm_add_epi8(h1, h1));
+    const __m128i h9 = _mm_add_epi8(h3, _mm_add_epi8(h3, h3)), h27 = _mm_add_epi8(h9, _mm_add_epi8(h9, h9));
+    const __m128i hx = _mm_blend_epi32(_mm_blend_epi32(h1, h3, 0x2), _mm_blend_epi32(h9, h27, 0x8), 0xC);
+    st->wv[7] = lad_trit(_mm256_inserti128_si256(p, hx, 1));
+    st->S16 = st->off = _mm256_set1_epi16(1);
+    st->dw = lad_h2f(b->d);
+}
+PL_AI lad_g lad_group_tq1_0(const block_tq1_0 *b, const lad_b *st, int g) {
+    (void)b;
+    lad_g q = {st->wv[g], st->wv[g], st->S16};
+    return q;
+}
+#define LAD_HAS_MIN_tq1_0 0
+#define LAD_UNSIGNED_tq1_0 1
+#define LAD_NOSCALE_tq1_0 1   /* every S = 1: sum the int16 pairs, widen once */
+#define LAD_OFFSET_tq1_0 1
+
+/* ---- the tile --------------------------------------------------------------------------------*/
+
+#define LAD_TILE_(name)                                                                                          \
+    PL_AI void lad_tile_##name(int64_t nb, const block_##name *x, const char *a, size_t as, float *d, size_t ds,  \
+                               const int NC) {                                                                   \
+        __m256 acc[4];                                                                                           \
+        const block_q8_K *y[4];                                                                                  \
+        PL_UNROLL                                                                                                \
+        for (int c = 0; c < NC; c++) {                                                                           \
+            acc[c] = _mm256_setzero_ps();                                                                        \
+            y[c] = (const block_q8_K *)(a + c * as);                                                             \
+        }                                                                                                        \
+        for (int64_t i = 0; i < nb; i++) {                                                                       \
+            lad_b st;                                                                                            \
+            lad_prep_##name(&x[i], &st);                                                                         \
+            __m256i sumi[4], sum16[4];                                                                           \
+            PL_UNROLL                                                                                            \
+            for (int c = 0; c < NC; c++) {                                                                       \
+                sumi[c] = sum16[c] = _mm256_setzero_si256();                                                     \
+                if (LAD_HAS_MIN_##name || LAD_OFFSET_##name) {                                                   \
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)y[c][i].bsums);                       \
+                    if (LAD_HAS_MIN_##name)                                                                      \
+                        acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-st.dm * y[c][i].d),                             \
+                                                 _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, st.mins)), acc[c]);    \
+                    if (LAD_OFFSET_##name) sumi[c] = _mm256_sub_epi32(sumi[c], _mm256_madd_epi16(bs, st.off));  \
+                }                                                                                                \
+            }                                                                                                    \
+            PL_UNROLL                                                                                            \
+            for (int g = 0; g < QK_K / 32; g++) {                                                                \
+                const lad_g q = lad_group_##name(&x[i], &st, g);                                                 \
+                PL_UNROLL                                                                                        \
+                for (int c = 0; c < NC; c++) {                                                                   \
+                    const __m256i q8 = _mm256_loadu_si256((const __m256i *)(y[c][i].qs + 32 * g));               \
+                    const __m256i p = _mm256_maddubs_epi16(q.aw, LAD_UNSIGNED_##name ? q8 : _mm256_sign_epi8(q8, q.w)); \
+                    if (LAD_NOSCALE_##name) sum16[c] = _mm256_add_epi16(sum16[c], p);                            \
+                    else sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(p, q.sc));                        \
+                }                                                                                                \
+            }                                                                                                    \
+            PL_UNROLL                                                                                            \
+            for (int c = 0; c < NC; c++) {                                                                       \
+                if (LAD_NOSCALE_##name)                                                                          \
+                    sumi[c] = _mm256_add_epi32(sumi[c], _mm256_madd_epi16(sum16[c], _mm256_set1_epi16(1)));     \
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(st.dw * y[c][i].d), _mm256_cvtepi32_ps(sumi[c]), acc[c]); \
+            }                                                                                                    \
+        }                                                                                                        \
+        PL_UNROLL                                                                                                \
+        for (int c = 0; c < NC; c++) d[c * ds] = pl_hsum8(acc[c]);                                               \
+    }                                                                                                            \
+    void pl_cpu_mm_lad_##name##_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as,      \
+                                     int nc, float *d, size_t ds) {                                              \
+        const int64_t nb = K / QK_K;                                                                             \
+        for (int r = 0; r < nr; r++) {                                                                           \
+            const block_##name *x = (const block_##name *)((const char *)w + r * ws);                            \
+            switch (nc) {                                                                                        \
+                case 1: lad_tile_##name(nb, x, (const char *)a, as, d + r, ds, 1); break;                        \
+                case 2: lad_tile_##name(nb, x, (const char *)a, as, d + r, ds, 2); break;                        \
+                case 3: lad_tile_##name(nb, x, (const char *)a, as, d + r, ds, 3); break;                        \
+                default: lad_tile_##name(nb, x, (const char *)a, as, d + r, ds, 4); break;                       \
+            }                                                                                                    \
+        }                                                                                                        \
+    }
+
+LAD_TILE_(q2_K)
+LAD_TILE_(q3_K)
+LAD_TILE_(q5_K)
+LAD_TILE_(iq2_xxs)
+LAD_TILE_(iq2_xs)
+LAD_TILE_(iq2_s)
+LAD_TILE_(iq3_xxs)
+LAD_TILE_(iq3_s)
+LAD_TILE_(iq1_s)
+LAD_TILE_(iq1_m)
+LAD_TILE_(iq4_xs)
+LAD_TILE_(tq1_0)
+LAD_TILE_(tq2_0)
+
+/* ---- iq4_nl x q8_0 (32-element blocks, a scale each) -------------------------------------------*/
+
+PL_AI void lad_tile_iq4_nl(int64_t nb, const block_iq4_nl *x, const char *a, size_t as, float *d, size_t ds,
+                           const int NC) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[4];
+    const block_q8_0 *y[4];
+    PL_UNROLL
+    for (int c = 0; c < NC; c++) {
+        acc[c] = _mm256_setzero_ps();
+        y[c] = (const block_q8_0 *)(a + c * as);
+    }
+    for (int64_t i = 0; i < nb; i++) {
+        const __m256i w = lad_iq4_values(x[i].qs), aw = _mm256_abs_epi8(w);
+        const float dx = lad_h2f(x[i].d);
+        PL_UNROLL
+        for (int c = 0; c < NC; c++) {
+            const __m256i q8 = _mm256_loadu_si256((const __m256i *)y[c][i].qs);
+            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(q8, w)), ones);
+            acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(lad_h2f(y[c][i].d) * dx), _mm256_cvtepi32_ps(s), acc[c]);
+        }
+    }
+    PL_UNROLL
+    for (int c = 0; c < NC; c++) d[c * ds] = pl_hsum8(acc[c]);
+}
+
+void pl_cpu_mm_lad_iq4_nl_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc,
+                               float *d, size_t ds) {
+    const int64_t nb = K / QK4_NL;
+    for (int r = 0; r < nr; r++) {
+        const block_iq4_nl *x = (const block_iq4_nl *)((const char *)w + r * ws);
+        switch (nc) {
+            case 1: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 1); break;
+            case 2: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 2); break;
+            case 3: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 3); break;
+            default: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 4); break;
+        }
+    }
+}
