@@ -11,6 +11,7 @@
  *   jt_eval.c     statements and expressions, scopes, macros, calls
  *   jt_filters.c  filters and tests
  *   jt_methods.c  str/dict/list methods and global functions
+ *   jt_format.c   Python's "%" formatting and str.format()
  *   chat_template.c  the public API (chat_template.h)
  *
  * Everything a render creates is refcounted and released before the render
@@ -31,7 +32,7 @@
 /* Hard limits that protect the C stack; the soft limits (output size,
  * iterations, ...) are per render, see pl_chat_template_options. */
 #define JT_MAX_PARSE_DEPTH 200   /* nesting of statements + parenthesised expressions */
-#define JT_MAX_EVAL_DEPTH 500    /* evaluator recursion, macro calls included */
+#define JT_MAX_EVAL_DEPTH 1000   /* evaluator recursion (~5 levels per macro call) */
 #define JT_MAX_VALUE_DEPTH 256   /* nesting of lists/dicts */
 #define JT_MAX_BRACKETS 256      /* open brackets inside one tag */
 #define JT_MAX_RANGE 100000      /* like jinja2's sandbox MAX_RANGE */
@@ -66,6 +67,7 @@ typedef struct jt_list {  /* also tuples; immutable once built */
     jt_hdr h;
     size_t n, cap;
     struct jt_val *v;
+    uint8_t view;         /* dict.keys()/values()/items() (1/2/3), groupby tuple (4): repr/attrs */
 } jt_list;
 
 typedef struct jt_dict {  /* insertion-ordered; keys are hashable scalars */
@@ -95,7 +97,7 @@ typedef struct jt_func {
     jt_native_fn fn;          /* JT_FN_NATIVE */
     struct jt_val *self;      /* bound receiver (owned), or NULL */
     const jt_node *node;      /* JT_FN_MACRO: the macro; JT_FN_CALLER: the call block */
-    jt_frame *frame;          /* JT_FN_CALLER: scope of the call block (owned) */
+    jt_frame *frame;          /* macro: defining scope; caller: the call block's (owned) */
 } jt_func;
 
 typedef struct jt_loop {
@@ -107,7 +109,7 @@ typedef struct jt_loop {
 
 typedef struct jt_val {
     uint8_t t;        /* jt_type */
-    uint8_t uk;       /* JT_UNDEF: 0 = unknown name, 1 = missing attribute, 2 = other */
+    uint8_t uk;       /* JT_UNDEF: 0 unknown name, 1 missing attribute, 2 other, 3 no element u.i */
     uint8_t uo;       /* JT_UNDEF, uk == 1: type of the object that lacked it */
     union {
         bool b;
@@ -120,7 +122,7 @@ typedef struct jt_val {
         jt_func *fn;
         jt_loop *lp;
         jt_hdr *h;
-        const char *uname;    /* JT_UNDEF: name for the error message (may be NULL) */
+        const char *uname;    /* JT_UNDEF (uk 0, 1): name for the error message (may be NULL) */
     } u;
 } jt_val;
 
@@ -340,6 +342,8 @@ struct jt_ctx {
     uint64_t max_iterations, max_steps, max_alloc;
     uint64_t iterations, steps, allocated;
     int depth;
+    const char *stack_base;   /* address of a local of the render's entry point */
+    size_t max_stack;         /* C stack the evaluator may use below it */
     struct tm now;
     jt_buf *out;
     jt_frame *root, *frame;
@@ -354,6 +358,7 @@ struct jt_ctx {
 };
 
 void jt_frame_release(jt_frame *f);
+void jt_frame_clear(jt_frame *f);
 
 int jt_err(jt_ctx *c, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -366,7 +371,8 @@ int jt_charge(jt_ctx *c, uint64_t bytes);  /* allocation budget */
 
 int jt_render_body(jt_ctx *c, const jt_node *body);
 int jt_eval(jt_ctx *c, const jt_node *n, jt_val *out);
-int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out);
+int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out);   /* name: an AST name */
+int jt_getattr_ex(jt_ctx *c, jt_val obj, const char *name, bool stable_name, jt_val *out);
 int jt_getitem(jt_ctx *c, jt_val obj, jt_val key, jt_val *out);
 int jt_call(jt_ctx *c, jt_val fn, jt_args *a, jt_val *out);
 int jt_iterate(jt_ctx *c, jt_val v, jt_val *out_list);   /* materialises any iterable as a list */

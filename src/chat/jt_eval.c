@@ -17,13 +17,22 @@ enum { EXEC_OK = 0, EXEC_BREAK = 1, EXEC_CONTINUE = 2, EXEC_ERR = -1 };
 
 static int exec_body(jt_ctx *c, const jt_node *body);
 
+/* Bytes of C stack used since the render started (the stack grows down on
+ * every platform this runs on; the absolute difference works either way). */
+static size_t stack_used(const jt_ctx *c) {
+    char here;
+    uintptr_t a = (uintptr_t)&here, b = (uintptr_t)c->stack_base;
+    return a < b ? (size_t)(b - a) : (size_t)(a - b);
+}
+
 static int enter(jt_ctx *c, const jt_node *n) {
     c->line = n->line;
     if (++c->steps > c->max_steps)
         return jt_err(c, "template evaluation exceeded the limit of %llu steps", (unsigned long long)c->max_steps);
-    if (++c->depth > JT_MAX_EVAL_DEPTH) {
+    if (++c->depth > JT_MAX_EVAL_DEPTH || (c->stack_base && stack_used(c) > c->max_stack)) {
         c->depth--;
-        return jt_err(c, "template recursion deeper than %d levels", JT_MAX_EVAL_DEPTH);
+        return jt_err(c, "template recursion too deep (more than %d levels or %zu bytes of stack)", JT_MAX_EVAL_DEPTH,
+                      c->max_stack);
     }
     return 0;
 }
@@ -41,9 +50,15 @@ static jt_frame *frame_new(jt_ctx *c, jt_frame *parent) {
 }
 
 static void frame_clear(jt_frame *f) {
-    for (size_t i = 0; i < f->n; i++) jt_decref(f->vars[i].v);
-    f->n = 0;
+    /* values are released from the end; f->n shrinks first so a release that
+     * looks at this frame sees only live entries */
+    while (f->n) {
+        jt_val v = f->vars[--f->n].v;
+        jt_decref(v);
+    }
 }
+
+void jt_frame_clear(jt_frame *f) { frame_clear(f); }
 
 void jt_frame_release(jt_frame *f) {
     while (f && --f->rc == 0) {
@@ -62,9 +77,12 @@ static int frame_push(jt_ctx *c) {
     return 0;
 }
 
+/* Leaving a scope empties it first: a macro defined in a scope refers back
+ * to it, and emptying breaks that cycle (see JT_N_MACRO). */
 static void frame_pop(jt_ctx *c) {
     jt_frame *f = c->frame;
     c->frame = f->parent;
+    frame_clear(f);
     jt_frame_release(f);
 }
 
@@ -280,7 +298,11 @@ static const char *stable_name(jt_val key) {
     return key.t == JT_STR && key.u.s->h.rc < 0 ? key.u.s->s : NULL;
 }
 
-int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out) {
+int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out) { return jt_getattr_ex(c, obj, name, true, out); }
+
+/* stable: name outlives any value (an AST name), so an Undefined result may
+ * quote it in its error message; otherwise the message goes without it. */
+int jt_getattr_ex(jt_ctx *c, jt_val obj, const char *name, bool stable, jt_val *out) {
     jt_val *v;
     switch (obj.t) {
     case JT_UNDEF: return jt_undef_error(c, obj);
@@ -291,7 +313,13 @@ int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out) {
         break;
     }
     case JT_NS: v = jt_dict_gets(obj.u.ns->d, name, strlen(name)); break;
-    case JT_STR: case JT_LIST: case JT_TUPLE: case JT_LOOP: {
+    case JT_TUPLE:
+        if (obj.u.l->view == 4 && obj.u.l->n == 2) {   /* groupby's (grouper, list) */
+            if (!strcmp(name, "grouper")) { *out = jt_ref(obj.u.l->v[0]); return 0; }
+            if (!strcmp(name, "list")) { *out = jt_ref(obj.u.l->v[1]); return 0; }
+        }
+        /* fall through */
+    case JT_STR: case JT_LIST: case JT_LOOP: {
         int r = jt_find_method(c, obj, name, out);
         if (r) return r < 0 ? -1 : 0;
         v = NULL;
@@ -300,7 +328,7 @@ int jt_getattr(jt_ctx *c, jt_val obj, const char *name, jt_val *out) {
     default: v = NULL; break;
     }
     if (v) { *out = jt_ref(*v); return 0; }
-    *out = jt_undef(name, 1);
+    *out = jt_undef(stable ? name : NULL, stable ? 1 : 2);
     out->uo = obj.t;
     return 0;
 }
@@ -328,7 +356,7 @@ int jt_getitem(jt_ctx *c, jt_val obj, jt_val key, jt_val *out) {
         int64_t i;
         int r = index_of(key, (int64_t)obj.u.l->n, &i);
         if (r > 0) { *out = jt_ref(obj.u.l->v[i]); return 0; }
-        if (r < 0) { *out = jt_undef(NULL, 2); return 0; }
+        if (r < 0) goto no_element;
         break;
     }
     case JT_STR: {
@@ -339,18 +367,23 @@ int jt_getitem(jt_ctx *c, jt_val obj, jt_val key, jt_val *out) {
             jt_utf8_next(obj.u.s->s, obj.u.s->len, &b);
             return jt_new_str(c, obj.u.s->s + a, b - a, out);
         }
-        if (r < 0) { *out = jt_undef(NULL, 2); return 0; }
+        if (r < 0) goto no_element;
         break;
     }
     default: break;
     }
     /* jinja2: a failed subscript with a string falls back to an attribute */
-    if (key.t == JT_STR && obj.t != JT_DICT) return jt_getattr(c, obj, key.u.s->s, out);
+    if (key.t == JT_STR && obj.t != JT_DICT) return jt_getattr_ex(c, obj, key.u.s->s, stable_name(key) != NULL, out);
     if (key.t == JT_STR) {
         int r = jt_find_method(c, obj, key.u.s->s, out);
         if (r) return r < 0 ? -1 : 0;
     }
     *out = jt_undef(stable_name(key), stable_name(key) ? 1 : 2);
+    out->uo = obj.t;
+    return 0;
+no_element:   /* "'list object' has no element 5" */
+    *out = jt_undef(NULL, 3);
+    out->u.i = jt_as_int(key);
     out->uo = obj.t;
     return 0;
 }
@@ -375,11 +408,16 @@ static int64_t slice_count(int64_t len, const jt_val *sv, const jt_val *ev, int6
     return en < st ? (st - en - 1) / (-step) + 1 : 0;
 }
 
+/* jinja2 compiles x[a:b] to a plain Python subscript (not its forgiving
+ * getitem), so slicing something that is not a sequence is an error. */
 static int do_slice(jt_ctx *c, jt_val obj, const jt_val *s, const jt_val *e, const jt_val *st, jt_val *out) {
     if (obj.t == JT_UNDEF) return jt_undef_error(c, obj);
+    if (obj.t == JT_DICT) return jt_err(c, "unhashable type: 'slice'");
+    if (!jt_is_seq(obj) && obj.t != JT_STR) return jt_err(c, "'%s' object is not subscriptable", jt_type_name(obj));
     for (int k = 0; k < 3; k++) {
         const jt_val *x = k == 0 ? s : k == 1 ? e : st;
-        if (x && x->t != JT_INT && x->t != JT_BOOL) { *out = jt_undef(NULL, 2); return 0; }
+        if (x && x->t != JT_INT && x->t != JT_BOOL)
+            return jt_err(c, "slice indices must be integers or None or have an __index__ method");
     }
     int64_t step = st ? jt_as_int(*st) : 1;
     if (step == 0) return jt_err(c, "slice step cannot be zero");
@@ -433,7 +471,7 @@ static int repeat(jt_ctx *c, jt_val seq, int64_t times, jt_val *out) {
     if (seq.t == JT_STR) {
         size_t len = seq.u.s->len;
         if (len && (uint64_t)times > c->max_output / len)
-            return jt_err(c, "string of more than %zu bytes", c->max_output);
+            return jt_err(c, "string exceeds the output limit of %zu bytes", c->max_output);
         jt_str *s = jt_str_alloc(c, len * (size_t)times);
         if (!s) return -1;
         for (int64_t i = 0; i < times; i++) memcpy(s->s + (size_t)i * len, seq.u.s->s, len);
@@ -484,7 +522,7 @@ static int binop(jt_ctx *c, int op, jt_val a, jt_val b, jt_val *out) {
             if (!b.u.s->len) { *out = jt_ref(a); return 0; }
             if (!a.u.s->len) { *out = jt_ref(b); return 0; }
             if (b.u.s->len > c->max_output || a.u.s->len > c->max_output - b.u.s->len)
-                return jt_err(c, "string of more than %zu bytes", c->max_output);
+                return jt_err(c, "string exceeds the output limit of %zu bytes", c->max_output);
             jt_str *s = jt_str_alloc(c, a.u.s->len + b.u.s->len);
             if (!s) return -1;
             memcpy(s->s, a.u.s->s, a.u.s->len);
@@ -609,6 +647,7 @@ static int contains(jt_ctx *c, jt_val needle, jt_val hay, bool *res) {
         for (size_t i = 0; i < hay.u.l->n && !*res; i++) *res = jt_equal(needle, hay.u.l->v[i]);
         return 0;
     case JT_DICT:
+        if (needle.t == JT_UNDEF) { *res = false; return 0; }   /* Undefined is hashable, never a key */
         if (!jt_hashable(needle)) return jt_err(c, "unhashable type: '%s'", jt_type_name(needle));
         *res = jt_dict_get(hay.u.d, needle) != NULL;
         return 0;
@@ -686,15 +725,17 @@ static int bind_params(jt_ctx *c, const jt_node *m, jt_args *a, bool is_macro) {
 static int call_macro(jt_ctx *c, jt_func *f, jt_args *a, jt_val *out) {
     const jt_node *m = f->node;
     if (enter(c, m)) return -1;
-    /* macros see the template's top-level variables, not the caller's scope */
+    /* a macro sees the scope it was defined in (a caller: the call block's),
+     * not its caller's */
     jt_frame *saved = c->frame;
-    jt_frame *fr = frame_new(c, f->kind == JT_FN_CALLER ? f->frame : c->root);
+    jt_frame *fr = frame_new(c, f->frame ? f->frame : c->root);
     int r = -1;
     if (fr) {
         c->frame = fr;
         r = bind_params(c, m, a, f->kind == JT_FN_MACRO);
         if (!r) r = capture_body(c, m->d, out);
         c->frame = saved;
+        frame_clear(fr);
         jt_frame_release(fr);
     }
     c->depth--;
@@ -1065,8 +1106,12 @@ static int exec_stmt(jt_ctx *c, const jt_node *n) {
     }
     case JT_N_SETBLOCK:
     case JT_N_FILTERBLOCK: {
+        /* the body has its own scope, as in jinja2 */
         jt_val s;
-        if (capture_body(c, n->d, &s)) return -1;
+        if (frame_push(c)) return -1;
+        int rb = capture_body(c, n->d, &s);
+        frame_pop(c);
+        if (rb) return -1;
         if (n->c) {
             jt_val f;
             int r = eval_filter(c, n->c, &s, &f);
@@ -1082,6 +1127,8 @@ static int exec_stmt(jt_ctx *c, const jt_node *n) {
         jt_val f;
         if (jt_new_func(c, JT_FN_MACRO, n->name, &f)) return -1;
         f.u.fn->node = n;
+        f.u.fn->frame = c->frame;   /* closure; the cycle is broken when the scope is left */
+        c->frame->rc++;
         return frame_set(c, c->frame, n->name, f);
     }
     case JT_N_CALLBLOCK: {
@@ -1125,7 +1172,7 @@ static int exec_stmt(jt_ctx *c, const jt_node *n) {
 }
 
 static int exec_body(jt_ctx *c, const jt_node *body) {
-    if (enter(c, body)) return -1;
+    /* depth and steps are counted per statement, not per body */
     int r = 0;
     for (size_t i = 0; i < body->n; i++) {
         const jt_node *s = body->list[i];
@@ -1139,7 +1186,6 @@ static int exec_body(jt_ctx *c, const jt_node *body) {
         c->depth--;
         if (r) break;
     }
-    c->depth--;
     return r;
 }
 

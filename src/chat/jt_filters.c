@@ -18,13 +18,13 @@ static bool get_int(const jt_val *v, int64_t *out) {
     return true;
 }
 
-/* item.a.b.0 as jinja2's make_attrgetter: dotted parts, digits are indexes */
-static int attr_path(jt_ctx *c, jt_val item, jt_val attr, jt_val *out) {
-    if (attr.t == JT_INT) return jt_getitem(c, item, attr, out);
-    if (attr.t != JT_STR) return jt_getitem(c, item, attr, out);
-    const char *p = attr.u.s->s, *end = p + attr.u.s->len;
+/* One dotted path "a.b.0" (a string of n bytes) looked up on item with
+ * jinja2's getitem rules; digits are indexes. dflt (may be NULL) replaces an
+ * undefined result after each step, as make_attrgetter(default=) does. */
+static int attr_path_str(jt_ctx *c, jt_val item, const char *p, size_t n, const jt_val *dflt, jt_val *out) {
+    const char *end = p + n;
     jt_val cur = jt_ref(item);
-    while (1) {
+    for (;;) {
         const char *dot = memchr(p, '.', (size_t)(end - p));
         const char *e = dot ? dot : end;
         jt_val key;
@@ -41,6 +41,7 @@ static int attr_path(jt_ctx *c, jt_val item, jt_val attr, jt_val *out) {
         jt_decref(key);
         jt_decref(cur);
         if (r) return -1;
+        if (dflt && next.t == JT_UNDEF) next = jt_ref(*dflt);
         cur = next;
         if (!dot) break;
         p = dot + 1;
@@ -49,24 +50,62 @@ static int attr_path(jt_ctx *c, jt_val item, jt_val attr, jt_val *out) {
     return 0;
 }
 
-/* The sort/unique key: the attribute (if any), lowercased when it is a
- * string and the comparison is case-insensitive. */
+/* make_attrgetter: a path, or an integer index */
+static int attr_path_d(jt_ctx *c, jt_val item, jt_val attr, const jt_val *dflt, jt_val *out) {
+    if (attr.t == JT_STR) return attr_path_str(c, item, attr.u.s->s, attr.u.s->len, dflt, out);
+    if (jt_getitem(c, item, attr, out)) return -1;
+    if (dflt && out->t == JT_UNDEF) *out = jt_ref(*dflt);
+    return 0;
+}
+
+static int attr_path(jt_ctx *c, jt_val item, jt_val attr, jt_val *out) { return attr_path_d(c, item, attr, NULL, out); }
+
+static int lower_if_str(jt_ctx *c, bool case_sensitive, jt_val *v) {
+    if (case_sensitive || v->t != JT_STR) return 0;
+    jt_val l;
+    int r = jt_str_lower_upper(c, *v, false, &l);
+    jt_decref(*v);
+    *v = r ? jt_none() : l;
+    return r;
+}
+
+/* The unique/min/max/groupby key (make_attrgetter + ignore_case). */
 static int item_key(jt_ctx *c, jt_val item, const jt_val *attr, bool case_sensitive, jt_val *out) {
     jt_val v;
     if (attr && attr->t != JT_NONE) { if (attr_path(c, item, *attr, &v)) return -1; }
     else v = jt_ref(item);
-    if (!case_sensitive && v.t == JT_STR) {
-        jt_val l;
-        int r = jt_str_lower_upper(c, v, false, &l);
-        jt_decref(v);
-        if (r) return -1;
-        v = l;
-    }
+    if (lower_if_str(c, case_sensitive, &v)) return -1;
     *out = v;
     return 0;
 }
 
-/* Stable merge sort of vals[0..n) by keys, errors recorded in c. */
+/* The sort key (make_multi_attrgetter): a tuple with one value per
+ * comma-separated attribute. Tuples compare equal before ordering, so
+ * items whose keys are all undefined keep their order without an error. */
+static int multi_key(jt_ctx *c, jt_val item, const jt_val *attr, bool case_sensitive, jt_val *out) {
+    if (jt_new_list(c, 1, true, out)) return -1;
+    if (!attr || attr->t != JT_STR) {
+        jt_val v;
+        if (item_key(c, item, attr, case_sensitive, &v) || jt_list_push(c, out->u.l, v)) { jt_decref(*out); return -1; }
+        return 0;
+    }
+    const char *p = attr->u.s->s, *end = p + attr->u.s->len;
+    for (;;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *e = comma ? comma : end;
+        jt_val v;
+        if (attr_path_str(c, item, p, (size_t)(e - p), NULL, &v) || lower_if_str(c, case_sensitive, &v) ||
+            jt_list_push(c, out->u.l, v)) {
+            jt_decref(*out);
+            return -1;
+        }
+        if (!comma) break;
+        p = comma + 1;
+    }
+    return 0;
+}
+
+/* Stable merge sort of idx[0..n) by keys; errors are recorded in c. */
 static void merge_sort(jt_ctx *c, size_t *idx, size_t *tmp, size_t n, const jt_val *keys, bool reverse) {
     if (n < 2 || c->failed) return;
     size_t h = n / 2;
@@ -76,6 +115,8 @@ static void merge_sort(jt_ctx *c, size_t *idx, size_t *tmp, size_t n, const jt_v
     while (i < h && j < n) {
         int r = 0;
         if (c->failed) return;
+        /* Python's sort only asks "right < left"; tuple keys compare
+         * element equality first, so equal undefined keys do not fail */
         jt_compare(c, keys[idx[j]], keys[idx[i]], "<", &r);
         bool take_right = reverse ? (r == 1) : (r == -1);
         tmp[k++] = take_right ? idx[j++] : idx[i++];
@@ -85,7 +126,9 @@ static void merge_sort(jt_ctx *c, size_t *idx, size_t *tmp, size_t n, const jt_v
     memcpy(idx, tmp, n * sizeof *idx);
 }
 
-static int sorted_list(jt_ctx *c, jt_val seq, const jt_val *attr, bool case_sensitive, bool reverse, jt_val *out) {
+/* sorted(seq, key=...) as a list; multi: sort's tuple keys, else item_key */
+static int sorted_list(jt_ctx *c, jt_val seq, const jt_val *attr, bool case_sensitive, bool reverse, bool multi,
+                       jt_val *out) {
     jt_val lst;
     if (jt_iterate(c, seq, &lst)) return -1;
     size_t n = lst.u.l->n;
@@ -97,9 +140,8 @@ static int sorted_list(jt_ctx *c, jt_val seq, const jt_val *attr, bool case_sens
     idx = malloc((n ? n : 1) * sizeof *idx);
     tmp = malloc((n ? n : 1) * sizeof *tmp);
     if (!keys || !idx || !tmp) { jt_oom(c); goto done; }
-    size_t nk = 0;
-    for (; nk < n; nk++)
-        if (item_key(c, lst.u.l->v[nk], attr, case_sensitive, &keys[nk])) goto done;
+    for (size_t k = 0; k < n; k++)
+        if ((multi ? multi_key : item_key)(c, lst.u.l->v[k], attr, case_sensitive, &keys[k])) goto done;
     for (size_t i = 0; i < n; i++) idx[i] = i;
     merge_sort(c, idx, tmp, n, keys, reverse);
     if (c->failed) goto done;
@@ -245,7 +287,6 @@ static int f_first_last(jt_ctx *c, jt_val *in, jt_args *a, bool last, jt_val *ou
         *out = n ? jt_ref(in->u.l->v[last ? n - 1 : 0]) : jt_undef(NULL, 2);
         return 0;
     }
-    if (in->t == JT_DICT && last) return jt_err(c, "'dict' object is not reversible");
     jt_val lst;
     if (jt_iterate(c, *in, &lst)) return -1;
     size_t n = lst.u.l->n;
@@ -302,8 +343,8 @@ static int f_list(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     if (jt_args_check(c, a, "list", 0, NULL)) return -1;
     jt_val lst;
     if (jt_iterate(c, *in, &lst)) return -1;
-    if (lst.t == JT_LIST) { *out = lst; return 0; }
-    /* a tuple becomes a list */
+    if (lst.t == JT_LIST && !lst.u.l->view) { *out = lst; return 0; }
+    /* a tuple or a dict view becomes a list */
     if (jt_new_list(c, lst.u.l->n, false, out)) { jt_decref(lst); return -1; }
     for (size_t i = 0; i < lst.u.l->n; i++)
         if (jt_list_push(c, out->u.l, jt_ref(lst.u.l->v[i]))) { jt_decref(lst); jt_decref(*out); return -1; }
@@ -390,6 +431,7 @@ static int f_int(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     int64_t base = 10;
     if (bv && !get_int(bv, &base)) return jt_err(c, "int() base must be an integer");
     if (base < 2 || base > 36) return jt_err(c, "int() base must be >= 2 and <= 36");
+    if (in->t == JT_UNDEF) return jt_undef_error(c, *in);   /* Undefined.__int__ raises */
     if (in->t == JT_INT || in->t == JT_BOOL) { *out = jt_int(jt_as_int(*in)); return 0; }
     if (in->t == JT_FLOAT && isfinite(in->u.f) && fabs(in->u.f) < 9.2e18) { *out = jt_int((int64_t)in->u.f); return 0; }
     if (in->t == JT_STR) {
@@ -406,6 +448,7 @@ static int f_float(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     static const char *const kw[] = {"default", NULL};
     if (jt_args_check(c, a, "float", 1, kw)) return -1;
     jt_val *d = jt_arg(a, 0, "default");
+    if (in->t == JT_UNDEF) return jt_undef_error(c, *in);   /* Undefined.__float__ raises */
     if (jt_is_num(*in)) { *out = jt_float(jt_as_float(*in)); return 0; }
     double f;
     if (in->t == JT_STR && parse_float_str(in->u.s, &f)) { *out = jt_float(f); return 0; }
@@ -475,8 +518,10 @@ static int f_indent(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
         memset(ind, ' ', (size_t)w);
         ind[w] = 0;
     }
-    jt_val s;
-    if (soft_str(c, *in, &s)) return -1;
+    /* jinja2 does "s += newline", so anything but a string fails */
+    if (in->t == JT_UNDEF) return jt_undef_error(c, *in);
+    if (in->t != JT_STR) return jt_err(c, "unsupported operand type(s) for +=: '%s' and 'str'", jt_type_name(*in));
+    jt_val s = jt_ref(*in);
     /* s + "\n", then splitlines, as jinja2 does */
     jt_buf tb = {0};
     if (jt_put_str(c, &tb, s) || jt_buf_putc(c, &tb, '\n')) { jt_buf_free(&tb); jt_decref(s); return -1; }
@@ -598,7 +643,6 @@ static int f_reverse(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
         if (r) { jt_buf_free(&b); return -1; }
         return jt_buf_take(c, &b, out);
     }
-    if (in->t == JT_DICT) return jt_err(c, "argument to reversed() must be a sequence");
     jt_val lst;
     if (jt_iterate(c, *in, &lst)) return -1;
     int r = jt_new_list(c, lst.u.l->n, false, out);
@@ -613,7 +657,8 @@ static int f_reverse(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
 static int f_sort(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     static const char *const kw[] = {"reverse", "case_sensitive", "attribute", NULL};
     if (jt_args_check(c, a, "sort", 3, kw)) return -1;
-    return sorted_list(c, *in, jt_arg(a, 2, "attribute"), arg_true(a, 1, "case_sensitive"), arg_true(a, 0, "reverse"), out);
+    return sorted_list(c, *in, jt_arg(a, 2, "attribute"), arg_true(a, 1, "case_sensitive"), arg_true(a, 0, "reverse"),
+                       true, out);
 }
 
 static int f_dictsort(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
@@ -631,7 +676,7 @@ static int f_dictsort(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     if (in->t != JT_DICT) return jt_err(c, "dictsort: '%s' object has no attribute 'items'", jt_type_name(*in));
     if (f_items(c, in, &none, &items)) return -1;
     jt_val attr = jt_int(pos);
-    int r = sorted_list(c, items, &attr, arg_true(a, 0, "case_sensitive"), arg_true(a, 2, "reverse"), out);
+    int r = sorted_list(c, items, &attr, arg_true(a, 0, "case_sensitive"), arg_true(a, 2, "reverse"), false, out);
     jt_decref(items);
     return r;
 }
@@ -645,10 +690,16 @@ static int f_unique(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     if (jt_iterate(c, *in, &lst)) return -1;
     if (jt_new_dict(c, &seen)) { jt_decref(lst); return -1; }
     int r = jt_new_list(c, 0, false, out);
+    bool seen_undef = false;   /* Undefined is hashable; all of them are equal */
     for (size_t i = 0; i < lst.u.l->n && !r; i++) {
         jt_val k;
         r = item_key(c, lst.u.l->v[i], attr, cs, &k);
         if (r) break;
+        if (k.t == JT_UNDEF) {
+            if (!seen_undef) r = jt_list_push(c, out->u.l, jt_ref(lst.u.l->v[i]));
+            seen_undef = true;
+            continue;
+        }
         if (!jt_hashable(k)) { r = jt_err(c, "unhashable type: '%s'", jt_type_name(k)); jt_decref(k); break; }
         if (jt_dict_get(seen.u.d, k)) { jt_decref(k); continue; }
         r = jt_dict_set(c, seen.u.d, k, jt_none());
@@ -720,14 +771,15 @@ static int f_batch(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     static const char *const kw[] = {"linecount", "fill_with", NULL};
     if (jt_args_check(c, a, "batch", 2, kw)) return -1;
     int64_t n;
-    if (!get_int(jt_arg(a, 0, "linecount"), &n) || n <= 0) return jt_err(c, "batch() needs a positive linecount");
+    if (!get_int(jt_arg(a, 0, "linecount"), &n)) return jt_err(c, "batch() linecount must be an integer");
+    if (n <= 0) n = INT64_MAX;   /* jinja2 then yields everything as one batch */
     jt_val *fill = jt_arg(a, 1, "fill_with");
     jt_val lst;
     if (jt_iterate(c, *in, &lst)) return -1;
     int r = jt_new_list(c, 0, false, out);
     jt_val cur = jt_none();
     for (size_t i = 0; i < lst.u.l->n && !r; i++) {
-        if (cur.t == JT_NONE && (r = jt_new_list(c, (size_t)n, false, &cur))) break;
+        if (cur.t == JT_NONE && (r = jt_new_list(c, n < 64 ? (size_t)n : 64, false, &cur))) break;
         r = jt_list_push(c, cur.u.l, jt_ref(lst.u.l->v[i]));
         if (!r && (int64_t)cur.u.l->n == n) { r = jt_list_push(c, out->u.l, cur); cur = jt_none(); }
     }
@@ -744,6 +796,7 @@ static int f_batch(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
 /* map(attribute='x', default=d) or map('filter', *args) */
 static int f_map(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     jt_val lst;
+    if (!jt_truthy(*in)) return jt_new_list(c, 0, false, out);   /* jinja2: "if value:" */
     if (jt_iterate(c, *in, &lst)) return -1;
     jt_val *attr = jt_arg(a, (size_t)-1, "attribute"), *def = jt_arg(a, (size_t)-1, "default");
     int r = 0;
@@ -763,8 +816,7 @@ static int f_map(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     for (size_t i = 0; i < lst.u.l->n && !r; i++) {
         jt_val v;
         if (attr) {
-            r = attr_path(c, lst.u.l->v[i], *attr, &v);
-            if (!r && v.t == JT_UNDEF && def) { v = jt_ref(*def); }
+            r = attr_path_d(c, lst.u.l->v[i], *attr, def, &v);
         } else {
             r = jt_apply_filter(c, fname, &lst.u.l->v[i], &fa, &v);
         }
@@ -779,6 +831,7 @@ static int f_map(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
 /* select/reject (attr == false) and selectattr/rejectattr (attr == true) */
 static int select_common(jt_ctx *c, jt_val *in, jt_args *a, bool attr, bool keep_when, jt_val *out) {
     jt_val lst;
+    if (!jt_truthy(*in)) return jt_new_list(c, 0, false, out);   /* jinja2: "if value:" */
     if (jt_iterate(c, *in, &lst)) return -1;
     size_t k = 0;
     jt_val *attrv = NULL;
@@ -817,13 +870,63 @@ static int f_reject(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) { return sel
 static int f_selectattr(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) { return select_common(c, in, a, true, true, out); }
 static int f_rejectattr(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) { return select_common(c, in, a, true, false, out); }
 
+/* groupby(attribute, default=None, case_sensitive=False): sorted by the
+ * key, consecutive equal keys grouped; items are (grouper, list) tuples that
+ * also answer .grouper and .list. */
+static int f_groupby(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
+    static const char *const kw[] = {"attribute", "default", "case_sensitive", NULL};
+    if (jt_args_check(c, a, "groupby", 3, kw)) return -1;
+    jt_val *attr = jt_arg(a, 0, "attribute"), *def = jt_arg(a, 1, "default");
+    if (!attr) return jt_err(c, "groupby() missing required argument 'attribute'");
+    bool cs = arg_true(a, 2, "case_sensitive");
+    if (def && def->t == JT_NONE) def = NULL;
+    jt_val sorted;
+    /* sort by the key; default= applies, so sort a list of (key, item) */
+    jt_val pairs;
+    jt_val lst;
+    if (jt_iterate(c, *in, &lst)) return -1;
+    int r = jt_new_list(c, lst.u.l->n, false, &pairs);
+    for (size_t i = 0; i < lst.u.l->n && !r; i++) {
+        jt_val k, t;
+        if ((r = attr_path_d(c, lst.u.l->v[i], *attr, def, &k))) break;
+        if ((r = lower_if_str(c, cs, &k))) break;
+        if ((r = jt_new_list(c, 2, true, &t))) { jt_decref(k); break; }
+        r = jt_list_push(c, t.u.l, k) || jt_list_push(c, t.u.l, jt_ref(lst.u.l->v[i])) || jt_list_push(c, pairs.u.l, t);
+    }
+    jt_decref(lst);
+    if (r) { if (pairs.t == JT_LIST) jt_decref(pairs); return -1; }
+    jt_val zero = jt_int(0);
+    r = sorted_list(c, pairs, &zero, true, false, false, &sorted);
+    jt_decref(pairs);
+    if (r) return -1;
+    r = jt_new_list(c, 0, false, out);
+    jt_list *sl = sorted.u.l;
+    for (size_t i = 0; i < sl->n && !r;) {
+        size_t j = i + 1;
+        while (j < sl->n && jt_equal(sl->v[j].u.l->v[0], sl->v[i].u.l->v[0])) j++;
+        jt_val group, items, grouper;
+        if ((r = jt_new_list(c, j - i, false, &items))) break;
+        for (size_t k = i; k < j && !r; k++) r = jt_list_push(c, items.u.l, jt_ref(sl->v[k].u.l->v[1]));
+        /* the grouper is the real (not lowercased) key of the first item */
+        if (!r) r = attr_path_d(c, items.u.l->v[0], *attr, def, &grouper);
+        if (r) { jt_decref(items); break; }
+        if ((r = jt_new_list(c, 2, true, &group))) { jt_decref(items); jt_decref(grouper); break; }
+        group.u.l->view = 4;
+        r = jt_list_push(c, group.u.l, grouper) || jt_list_push(c, group.u.l, items) || jt_list_push(c, out->u.l, group);
+        i = j;
+    }
+    jt_decref(sorted);
+    if (r && out->t == JT_LIST) jt_decref(*out);
+    return r ? -1 : 0;
+}
+
 static int f_attr(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
     if (jt_args_check(c, a, "attr", 1, NULL)) return -1;
     jt_val *n = jt_arg(a, 0, NULL);
     if (!n || n->t != JT_STR) return jt_err(c, "attr() needs an attribute name");
     if (in->t == JT_UNDEF) return jt_undef_error(c, *in);
     /* getattr only: no item lookup */
-    if (in->t == JT_NS) return jt_getattr(c, *in, n->u.s->s, out);
+    if (in->t == JT_NS) return jt_getattr_ex(c, *in, n->u.s->s, false, out);
     int r = jt_find_method(c, *in, n->u.s->s, out);
     if (r) return r < 0 ? -1 : 0;
     *out = jt_undef(NULL, 2);
@@ -833,7 +936,7 @@ static int f_attr(jt_ctx *c, jt_val *in, jt_args *a, jt_val *out) {
 static const struct { const char *name; jt_filter_fn fn; } filters[] = {
     {"abs", f_abs}, {"attr", f_attr}, {"batch", f_batch}, {"capitalize", f_capitalize}, {"center", f_center},
     {"count", f_length}, {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
-    {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_escape}, {"format", f_format},
+    {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_escape}, {"format", f_format}, {"groupby", f_groupby},
     {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join}, {"last", f_last},
     {"length", f_length}, {"list", f_list}, {"lower", f_lower}, {"map", f_map}, {"max", f_max}, {"min", f_min},
     {"reject", f_reject}, {"rejectattr", f_rejectattr}, {"replace", f_replace}, {"reverse", f_reverse},
@@ -858,9 +961,10 @@ int jt_apply_filter(jt_ctx *c, const char *name, jt_val *in, jt_args *a, jt_val 
 
 #define TEST0(fname, expr)                                                          \
     static int fname(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {                \
-        if (jt_args_check(c, a, #fname + 2, 0, NULL)) return -1;                    \
+        if (jt_args_check(c, a, &#fname[2], 0, NULL)) return -1;                    \
         jt_val v = *in;                                                             \
         *res = (expr);                                                              \
+        (void)v;                                                                    \
         return 0;                                                                   \
     }
 
@@ -877,10 +981,12 @@ TEST0(t_string, v.t == JT_STR)
 TEST0(t_mapping, v.t == JT_DICT)
 TEST0(t_iterable, v.t == JT_STR || jt_is_seq(v) || v.t == JT_DICT || v.t == JT_UNDEF || v.t == JT_LOOP)
 TEST0(t_sequence, v.t == JT_STR || jt_is_seq(v) || v.t == JT_DICT || v.t == JT_UNDEF)
-TEST0(t_callable, v.t == JT_FUNC)
+TEST0(t_callable, v.t == JT_FUNC || v.t == JT_UNDEF)   /* Undefined defines __call__ */
 TEST0(t_escaped, false)
 
 static int t_sameas(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    static const char *const kw[] = {"other", NULL};
+    if (jt_args_check(c, a, "sameas", 1, kw)) return -1;
     jt_val *o = jt_arg(a, 0, "other");
     if (!o) return jt_err(c, "sameas test needs an argument");
     if (jt_is_heap(*in) || jt_is_heap(*o)) *res = in->t == o->t && in->u.h == o->u.h;
@@ -894,10 +1000,16 @@ static int parity(jt_ctx *c, jt_val *in, bool odd, bool *res) {
     if (in->t == JT_UNDEF) return jt_undef_error(c, *in);
     return jt_err(c, "unsupported operand type(s) for %%: '%s' and 'int'", jt_type_name(*in));
 }
-static int t_even(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { (void)a; return parity(c, in, false, res); }
-static int t_odd(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { (void)a; return parity(c, in, true, res); }
+static int t_even(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    return jt_args_check(c, a, "even", 0, NULL) ? -1 : parity(c, in, false, res);
+}
+static int t_odd(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    return jt_args_check(c, a, "odd", 0, NULL) ? -1 : parity(c, in, true, res);
+}
 
 static int t_divisibleby(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    static const char *const kw[] = {"num", NULL};
+    if (jt_args_check(c, a, "divisibleby", 1, kw)) return -1;
     jt_val *n = jt_arg(a, 0, "num");
     if (!n) return jt_err(c, "divisibleby test needs an argument");
     if (in->t == JT_UNDEF) return jt_undef_error(c, *in);
@@ -915,6 +1027,8 @@ static int t_divisibleby(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
 }
 
 static int cmp_test(jt_ctx *c, jt_val *in, jt_args *a, int op, bool *res) {
+    static const char *const kw[] = {"other", NULL};
+    if (jt_args_check(c, a, "comparison test", 1, kw)) return -1;
     jt_val *o = jt_arg(a, 0, "other");
     if (!o) return jt_err(c, "comparison test needs an argument");
     if (op == 0) { *res = jt_equal(*in, *o); return 0; }
@@ -937,6 +1051,8 @@ static int t_gt(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { return cmp_test(
 static int t_ge(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { return cmp_test(c, in, a, 5, res); }
 
 static int t_in(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    static const char *const kw[] = {"seq", NULL};
+    if (jt_args_check(c, a, "in", 1, kw)) return -1;
     jt_val *seq = jt_arg(a, 0, "seq");
     if (!seq) return jt_err(c, "in test needs an argument");
     jt_val lst;
@@ -972,16 +1088,20 @@ static int case_test(jt_ctx *c, jt_val *in, bool upper, bool *res) {
     *res = ok && any;
     return 0;
 }
-static int t_lower(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { (void)a; return case_test(c, in, false, res); }
-static int t_upper(jt_ctx *c, jt_val *in, jt_args *a, bool *res) { (void)a; return case_test(c, in, true, res); }
+static int t_lower(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    return jt_args_check(c, a, "lower", 0, NULL) ? -1 : case_test(c, in, false, res);
+}
+static int t_upper(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
+    return jt_args_check(c, a, "upper", 0, NULL) ? -1 : case_test(c, in, true, res);
+}
 
 static int t_filter(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
-    (void)c; (void)a;
+    if (jt_args_check(c, a, "filter", 0, NULL)) return -1;
     *res = in->t == JT_STR && jt_find_filter(in->u.s->s) != NULL;
     return 0;
 }
 static int t_test(jt_ctx *c, jt_val *in, jt_args *a, bool *res) {
-    (void)c; (void)a;
+    if (jt_args_check(c, a, "test", 0, NULL)) return -1;
     *res = in->t == JT_STR && jt_find_test(in->u.s->s) != NULL;
     return 0;
 }

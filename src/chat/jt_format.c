@@ -52,22 +52,15 @@ static int format_number(jt_ctx *c, jt_val v, const fspec *f, bool percent, char
             if (!percent) return jt_err(c, "Unknown format code 'd' for object of type 'float'");
             double x = trunc(v.u.f);
             if (!isfinite(x)) return jt_err(c, "cannot convert float %s to integer", isnan(x) ? "NaN" : "infinity");
-            snprintf(tmp, sizeof tmp, "%.0f", x);
+            if (fabs(x) < 9.2e18) snprintf(tmp, sizeof tmp, "%lld", (long long)x);
+            else snprintf(tmp, sizeof tmp, "%.0f", x);
         } else {
             snprintf(tmp, sizeof tmp, "%lld", (long long)jt_as_int(v));
         }
-    } else if (type == 'x' || type == 'X' || type == 'o' || type == 'b' || type == 'c') {
+    } else if (type == 'x' || type == 'X' || type == 'o' || type == 'b') {
         if (is_float) return jt_err(c, "%%%c format: an integer is required, not float", type);
         int64_t x = jt_as_int(v);
         uint64_t m = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
-        if (type == 'c') {
-            if (x < 0 || x > 0x10FFFF) return jt_err(c, "%%c arg not in range(0x110000)");
-            char u[5] = {0};
-            int n = jt_utf8_put((uint32_t)x, u);
-            u[n] = 0;
-            snprintf(out, cap, "%s", u);
-            return 0;
-        }
         char digits[72];
         int nd = 0;
         unsigned base = type == 'o' ? 8 : type == 'b' ? 2 : 16;
@@ -112,25 +105,51 @@ static int format_number(jt_ctx *c, jt_val v, const fspec *f, bool percent, char
     return 0;
 }
 
-/* Formats one value into b following spec f. */
+/* Formats one value into b following spec f: percent-style ("%5s") or
+ * format()-style ("{:>5}"), which differ in defaults and in what they allow. */
 static int format_one(jt_ctx *c, jt_buf *b, jt_val v, const fspec *f, bool percent) {
-    if (v.t == JT_UNDEF && !percent && f->type != 's' && f->type != 0) return jt_undef_error(c, v);
+    char type = f->type;
+    if (!percent) {
+        bool spec_empty = !type && f->width < 0 && f->prec < 0 && !f->align && !f->sign && !f->alt && !f->zero &&
+                          !f->grouping && !f->fill;
+        if (v.t == JT_UNDEF && !spec_empty) return jt_undef_error(c, v);
+        /* bool with a spec formats as an int; other objects take no spec */
+        if (v.t == JT_BOOL && !spec_empty) v = jt_int(v.u.b);
+        if (!jt_is_num(v) && v.t != JT_STR && !spec_empty)
+            return jt_err(c, "unsupported format string passed to %s.__format__", jt_type_name(v));
+        if (v.t == JT_STR) {
+            if (f->sign) return jt_err(c, "Sign not allowed in string format specifier");
+            if (f->alt) return jt_err(c, "Alternate form (#) not allowed in string format specifier");
+            if (f->grouping) return jt_err(c, "Cannot specify ',' with 's'.");
+            if (f->align == '=') return jt_err(c, "'=' alignment not allowed in string format specifier");
+            if (type && type != 's') return jt_err(c, "Unknown format code '%c' for object of type 'str'", type);
+        } else if (jt_is_num(v)) {
+            if (type == 's') return jt_err(c, "Unknown format code 's' for object of type '%s'", jt_type_name(v));
+            if (v.t != JT_FLOAT && f->prec >= 0 && !strchr("eEfFgG%", type ? type : 'd'))
+                return jt_err(c, "Precision not allowed in integer format specifier");
+        }
+    }
     jt_buf body = {0};
     char num[512];
     bool numeric = false;
     int r = 0;
-    char type = f->type;
-    if (type == 's' || type == 'r' || type == 'a' || (type == 0 && !jt_is_num(v))) {
-        if (type == 0 && !percent && f->prec >= 0 && v.t != JT_STR) { /* format(x, '.3') on a non-number */
-            r = jt_err(c, "precision not allowed for %s", jt_type_name(v));
-        } else {
-            r = (type == 'r' || type == 'a') ? jt_put_repr(c, &body, v, 0) : jt_put_str(c, &body, v);
-        }
+    if (type == 's' || type == 'r' || type == 'a' || (type == 0 && !jt_is_num(v)) || (type == 0 && v.t == JT_BOOL)) {
+        r = (type == 'r' || type == 'a') ? jt_put_repr(c, &body, v, 0) : jt_put_str(c, &body, v);
         if (!r && f->prec >= 0) {
             size_t cut = 0, k = 0;
             while (cut < body.n && (int64_t)k < f->prec) { jt_utf8_next(body.p, body.n, &cut); k++; }
             body.n = cut;
         }
+    } else if (type == 'c') {
+        if (!jt_is_num(v) || v.t == JT_FLOAT) {
+            jt_buf_free(&body);
+            return jt_err(c, "%%c requires an int or a unicode character, not %s", jt_type_name(v));
+        }
+        int64_t x = jt_as_int(v);
+        if (x < 0 || x > 0x10FFFF) { jt_buf_free(&body); return jt_err(c, "%%c arg not in range(0x110000)"); }
+        char u[4];
+        int n = jt_utf8_put((uint32_t)x, u);
+        r = jt_buf_put(c, &body, u, (size_t)n);   /* may be a NUL byte */
     } else {
         if (!jt_is_num(v)) {
             jt_buf_free(&body);
@@ -138,31 +157,33 @@ static int format_one(jt_ctx *c, jt_buf *b, jt_val v, const fspec *f, bool perce
         }
         fspec g = *f;
         if (type == 0) g.type = v.t == JT_FLOAT ? 0 : 'd';
-        if (v.t == JT_BOOL && type == 0 && !percent) {
-            r = jt_buf_puts(c, &body, v.u.b ? "True" : "False");
-        } else {
-            r = format_number(c, v, &g, percent, num, sizeof num);
-            if (!r) r = jt_buf_puts(c, &body, num);
-            numeric = true;
-        }
+        r = format_number(c, v, &g, percent, num, sizeof num);
+        if (!r) r = jt_buf_puts(c, &body, num);
+        numeric = true;
     }
     if (r) { jt_buf_free(&body); return -1; }
     size_t ncp = jt_utf8_count(body.p ? body.p : "", body.n);
     int64_t padn = f->width > (int64_t)ncp ? f->width - (int64_t)ncp : 0;
     if (padn > (int64_t)c->max_output) { jt_buf_free(&body); return jt_err(c, "format width too large"); }
-    char align = f->align ? f->align : numeric ? '>' : '<';
+    /* defaults: %-formatting right-aligns everything, format() left-aligns text */
+    char align = f->align ? f->align : (numeric || percent) ? '>' : '<';
     uint32_t fill = f->fill ? f->fill : ' ';
-    if (f->zero && !f->align) { align = numeric ? '=' : '<'; fill = numeric ? '0' : fill; }
+    if (f->zero && !f->align && !(percent && !numeric)) {
+        align = numeric ? '=' : '<';
+        if (!f->fill) fill = '0';
+    }
     int64_t left = align == '>' ? padn : align == '^' ? padn / 2 : align == '=' ? padn : 0;
     int64_t right = padn - left;
     size_t sign_len = 0;
-    if (align == '=' && body.n && (body.p[0] == '-' || body.p[0] == '+' || body.p[0] == ' ')) sign_len = 1;
-    if (align == '=' && body.n > sign_len + 1 && body.p[sign_len] == '0' &&
-        (body.p[sign_len + 1] == 'x' || body.p[sign_len + 1] == 'X' || body.p[sign_len + 1] == 'o' || body.p[sign_len + 1] == 'b'))
+    const char *bp = body.p ? body.p : "";
+    if (align == '=' && body.n && (bp[0] == '-' || bp[0] == '+' || bp[0] == ' ')) sign_len = 1;
+    if (align == '=' && body.n > sign_len + 1 && bp[sign_len] == '0' &&
+        (bp[sign_len + 1] == 'x' || bp[sign_len + 1] == 'X' || bp[sign_len + 1] == 'o' || bp[sign_len + 1] == 'b'))
         sign_len += 2;
-    r = jt_buf_put(c, b, body.p ? body.p : "", align == '=' ? sign_len : 0);
+    size_t head = align == '=' ? sign_len : 0;
+    r = jt_buf_put(c, b, bp, head);
     for (int64_t i = 0; i < left && !r; i++) r = put_cp(c, b, fill);
-    if (!r) r = jt_buf_put(c, b, (body.p ? body.p : "") + (align == '=' ? sign_len : 0), body.n - (align == '=' ? sign_len : 0));
+    if (!r) r = jt_buf_put(c, b, bp + head, body.n - head);
     for (int64_t i = 0; i < right && !r; i++) r = put_cp(c, b, fill);
     jt_buf_free(&body);
     return r;
@@ -174,6 +195,9 @@ int jt_str_percent(jt_ctx *c, jt_val fmt, jt_val args, jt_val *out) {
     const jt_str *s = fmt.u.s;
     bool is_tuple = args.t == JT_TUPLE;
     bool is_map = args.t == JT_DICT;
+    /* Python skips the "not all arguments converted" check for any right
+     * operand with __getitem__ (lists, Undefined), not only dicts */
+    bool lenient = is_map || args.t == JT_LIST || args.t == JT_UNDEF;
     size_t nargs = is_tuple ? args.u.l->n : 1, ai = 0;
     bool used_single = false;
     jt_buf b = {0};
@@ -258,7 +282,7 @@ int jt_str_percent(jt_ctx *c, jt_val fmt, jt_val args, jt_val *out) {
         }
         if (format_one(c, &b, arg, &f, true)) goto fail;
     }
-    if ((is_tuple && ai < nargs) || (!is_tuple && !is_map && !used_single)) {
+    if ((is_tuple && ai < nargs) || (!is_tuple && !lenient && !used_single)) {
         jt_err(c, "not all arguments converted during string formatting");
         goto fail;
     }
@@ -384,7 +408,7 @@ int jt_str_format(jt_ctx *c, jt_val fmt, jt_args *a, jt_val *out) {
                 memcpy(nm, fld + st, k - st);
                 nm[k - st] = 0;
                 /* the name must outlive an Undefined that mentions it: use no name */
-                r = jt_getattr(c, cur, nm, &next);
+                r = jt_getattr_ex(c, cur, nm, false, &next);
                 if (!r && next.t == JT_UNDEF) { jt_decref(cur); jt_err(c, "'%s' object has no attribute '%s'", jt_type_name(cur), nm); goto fail; }
             } else {
                 size_t st = ++k;

@@ -22,7 +22,11 @@ int jt_from_json(jt_ctx *c, const json_t *j, jt_val *out, int depth) {
         while (it) {
             key = json_object_iter_key(it);
             val = json_object_iter_value(it);
-            size_t klen = json_object_iter_key_len(it);
+#if JANSSON_VERSION_HEX >= 0x020e00
+            size_t klen = json_object_iter_key_len(it);   /* keys may hold NUL bytes */
+#else
+            size_t klen = strlen(key);
+#endif
             jt_val k, v;
             if (jt_new_str(c, key, klen, &k)) { jt_decref(*out); return -1; }
             if (jt_from_json(c, val, &v, depth + 1)) { jt_decref(k); jt_decref(*out); return -1; }

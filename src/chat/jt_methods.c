@@ -79,7 +79,15 @@ static int map_cps(jt_ctx *c, const jt_str *s, int mode, jt_val *out) {
         uint32_t up = jt_cp_upper(cp), lo = jt_cp_lower(cp);
         bool cased = up != cp || lo != cp;
         switch (mode) {
-        case 0: r = lo; break;
+        case 0:
+            r = lo;
+            /* Python lowercases a capital sigma ending a word to 'ς' */
+            if (cp == 0x3A3 && prev_cased) {
+                size_t k = i;
+                uint32_t next = k < s->len ? jt_utf8_next(s->s, s->len, &k) : 0;
+                if (!(jt_cp_upper(next) != next || jt_cp_lower(next) != next)) r = 0x3C2;
+            }
+            break;
         case 1: r = up; break;
         case 2: r = first ? up : lo; break;
         case 3: r = prev_cased ? lo : up; break;
@@ -469,7 +477,7 @@ static int pad(jt_ctx *c, const jt_val *self, jt_args *a, int align, jt_val *out
     }
     const jt_str *s = self_str(self);
     if (width <= (int64_t)s->ncp) { *out = jt_ref(*self); return 0; }
-    if ((uint64_t)width > c->max_output) return jt_err(c, "string of more than %zu bytes", c->max_output);
+    if ((uint64_t)width > c->max_output) return jt_err(c, "string exceeds the output limit of %zu bytes", c->max_output);
     size_t total = (size_t)width - s->ncp, left;
     if (align == 0) left = 0;
     else if (align == 1) left = total;
@@ -492,7 +500,7 @@ static int m_zfill(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out) {
     if (!arg_int(jt_arg(a, 0, NULL), &width)) return jt_err(c, "zfill() width must be an integer");
     const jt_str *s = self_str(self);
     if (width <= (int64_t)s->ncp) { *out = jt_ref(*self); return 0; }
-    if ((uint64_t)width > c->max_output) return jt_err(c, "string of more than %zu bytes", c->max_output);
+    if ((uint64_t)width > c->max_output) return jt_err(c, "string exceeds the output limit of %zu bytes", c->max_output);
     size_t zeros = (size_t)width - s->ncp;
     jt_buf b = {0};
     size_t st = 0;
@@ -584,6 +592,7 @@ static int m_items(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out) {
         if (jt_list_push(c, t.u.l, jt_ref(d->k[i])) || jt_list_push(c, t.u.l, jt_ref(d->v[i]))) { jt_decref(t); goto fail; }
         if (jt_list_push(c, out->u.l, t)) goto fail;
     }
+    out->u.l->view = 3;
     return 0;
 fail:
     jt_decref(*out);
@@ -596,6 +605,7 @@ static int keys_values(jt_ctx *c, const jt_val *self, jt_args *a, bool values, j
     if (jt_new_list(c, d->n, false, out)) return -1;
     for (size_t i = 0; i < d->n; i++)
         if (jt_list_push(c, out->u.l, jt_ref(values ? d->v[i] : d->k[i]))) { jt_decref(*out); return -1; }
+    out->u.l->view = values ? 2 : 1;
     return 0;
 }
 static int m_keys(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out) { return keys_values(c, self, a, false, out); }
@@ -865,8 +875,43 @@ static int g_strftime_now(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out
     return r;
 }
 
+/* joiner(sep): a function returning "" the first time and sep afterwards.
+ * Its state lives in a namespace, the render-owned mutable object. */
+static int joiner_call(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out) {
+    jt_dict *d = self->u.ns->d;
+    if (jt_args_check(c, a, "joiner", 0, NULL)) return -1;
+    jt_val *used = jt_dict_gets(d, "used", 4);
+    if (!used) {
+        jt_val k;
+        if (jt_new_cstr(c, "used", &k) || jt_dict_set(c, d, k, jt_bool(true))) return -1;
+        return jt_new_str(c, "", 0, out);
+    }
+    jt_val *sep = jt_dict_gets(d, "sep", 3);
+    *out = sep ? jt_ref(*sep) : jt_none();
+    return 0;
+}
+
+static int g_joiner(jt_ctx *c, const jt_val *self, jt_args *a, jt_val *out) {
+    static const char *const kw[] = {"sep", NULL};
+    if (jt_args_check(c, a, "joiner", 1, kw)) return -1;
+    jt_val *sv = jt_arg(a, 0, "sep");
+    jt_val ns, sep, k;
+    if (jt_new_ns(c, &ns)) return -1;
+    if (sv) sep = jt_ref(*sv);
+    else if (jt_new_cstr(c, ", ", &sep)) return -1;
+    if (jt_new_cstr(c, "sep", &k)) { jt_decref(sep); return -1; }
+    if (jt_dict_set(c, ns.u.ns->d, k, sep)) return -1;
+    if (jt_new_func(c, JT_FN_NATIVE, "joiner", out)) return -1;
+    out->u.fn->fn = joiner_call;
+    out->u.fn->self = malloc(sizeof(jt_val));
+    if (!out->u.fn->self) { jt_decref(*out); return jt_oom(c); }
+    *out->u.fn->self = ns;
+    (void)self;
+    return 0;
+}
+
 static const struct { const char *name; jt_native_fn fn; } globals[] = {
-    {"dict", g_dict}, {"namespace", g_namespace}, {"raise_exception", g_raise}, {"range", g_range},
+    {"dict", g_dict}, {"joiner", g_joiner}, {"namespace", g_namespace}, {"raise_exception", g_raise}, {"range", g_range},
     {"strftime_now", g_strftime_now}, {NULL, NULL},
 };
 

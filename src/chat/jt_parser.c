@@ -377,9 +377,8 @@ static jt_node *parse_subscript(parser *P, jt_node *n) {
         if (!s || !nvec_push(P, &args, s)) return NULL;
     }
     if (!expect_op(P, JT_OP_RBRACKET)) return NULL;
-    if (args.n == 0) return fail(P, t, "expected subscript expression");
-    jt_node *idx = args.v[0];
-    if (args.n > 1) {
+    jt_node *idx = args.n ? args.v[0] : NULL;
+    if (args.n != 1) {   /* x[] and x[a, b] subscript with a tuple, as in jinja2 */
         idx = node(P, JT_N_TUPLE, t);
         if (!idx) return NULL;
         idx->list = args.v;
@@ -810,6 +809,7 @@ static const char *const END_FILTER[] = {"endfilter", NULL};
 static const char *const END_WITH[] = {"endwith", NULL};
 static const char *const END_BLOCK[] = {"endblock", NULL};
 static const char *const END_GENERATION[] = {"endgeneration", NULL};
+static const char *const END_AUTOESCAPE[] = {"endautoescape", NULL};
 static const char *const IN_END[] = {"in", NULL};
 static const char *const RECURSIVE_END[] = {"recursive", NULL};
 
@@ -1026,8 +1026,15 @@ static jt_node *parse_statement(parser *P) {
         if (P->loop_depth == 0) return fail(P, t, "'%s' outside of a loop", k);
         adv(P);
         n = node(P, k[0] == 'b' ? JT_N_BREAK : JT_N_CONTINUE, t);
-    } else if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "import") ||
-               !strcmp(k, "from") || !strcmp(k, "autoescape")) {
+    } else if (!strcmp(k, "autoescape")) {
+        /* without HTML escaping, only "autoescape false" means the same thing */
+        adv(P);
+        jt_node *v = parse_expression(P, true);
+        if (!v) return NULL;
+        if (v->kind != JT_N_CONST || jt_truthy(v->cval))
+            return failst(P, t, PL_ERR_UNSUPPORTED, "autoescaping is not supported in chat templates");
+        if (!(n = node(P, JT_N_WITH, t)) || !(n->d = parse_statements(P, END_AUTOESCAPE, true))) return NULL;
+    } else if (!strcmp(k, "extends") || !strcmp(k, "include") || !strcmp(k, "import") || !strcmp(k, "from")) {
         return failst(P, t, PL_ERR_UNSUPPORTED, "'%s' is not supported in chat templates", k);
     } else {
         return fail(P, t, "encountered unknown tag '%s'", k);

@@ -29,8 +29,11 @@ int jt_oom(jt_ctx *c) {
 }
 
 int jt_undef_error(jt_ctx *c, jt_val v) {
+    if (v.uk == 3) return jt_err(c, "%s object has no element %lld", jt_type_name_t(v.uo), (long long)v.u.i);
     if (v.uk == 1 && v.u.uname)
         return jt_err(c, "'%s object' has no attribute '%s'", jt_type_name_t(v.uo), v.u.uname);
+    if (v.uk == 2 && v.uo != JT_UNDEF && !v.u.uname)
+        return jt_err(c, "'%s object' has no such attribute or item", jt_type_name_t(v.uo));
     if (v.u.uname) return jt_err(c, "'%s' is undefined", v.u.uname);
     return jt_err(c, "undefined value used");
 }
@@ -556,7 +559,7 @@ void jt_fmt_float(double x, char out[40]) {
         *o++ = '.';
         for (int i = 1; i < nd; i++) *o++ = digits[i];
     }
-    snprintf(o, 12, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    snprintf(o, (size_t)(out + 40 - o), "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
 }
 
 /* ------------------------------------------------------------ str / repr */
@@ -602,13 +605,16 @@ int jt_put_repr(jt_ctx *c, jt_buf *b, jt_val v, int depth) {
     case JT_LIST:
     case JT_TUPLE: {
         jt_list *l = v.u.l;
+        static const char *views[] = {"", "dict_keys(", "dict_values(", "dict_items(", ""};
+        if (l->view && jt_buf_puts(c, b, views[l->view <= 4 ? l->view : 0])) return -1;
         if (jt_buf_putc(c, b, v.t == JT_LIST ? '[' : '(')) return -1;
         for (size_t i = 0; i < l->n; i++) {
             if (i && jt_buf_put(c, b, ", ", 2)) return -1;
             if (jt_put_repr(c, b, l->v[i], depth + 1)) return -1;
         }
         if (v.t == JT_TUPLE && l->n == 1 && jt_buf_putc(c, b, ',')) return -1;
-        return jt_buf_putc(c, b, v.t == JT_LIST ? ']' : ')');
+        if (jt_buf_putc(c, b, v.t == JT_LIST ? ']' : ')')) return -1;
+        return l->view && l->view < 4 ? jt_buf_putc(c, b, ')') : 0;
     }
     case JT_DICT: {
         jt_dict *d = v.u.d;

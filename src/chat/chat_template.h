@@ -1,0 +1,61 @@
+/*
+ * chat_template.h — renders Hugging Face chat templates (a Jinja2 subset)
+ * the way transformers' apply_chat_template does: jinja2 with
+ * trim_blocks=True, lstrip_blocks=True, loop controls, an immutable sandbox,
+ * tojson = json.dumps(ensure_ascii=False), raise_exception() and
+ * strftime_now().
+ *
+ *     pl_chat_template *t;
+ *     if (pl_chat_template_parse(text, len, &t) != PL_OK) ... pl_last_error()
+ *     char *out; size_t n;
+ *     if (pl_chat_template_render(t, context, NULL, &out, &n) != PL_OK) ...
+ *     ... free(out); pl_chat_template_free(t);
+ *
+ * context is a JSON object; each of its keys is a template variable
+ * (messages, tools, add_generation_prompt, bos_token, eos_token,
+ * enable_thinking, ...). A parsed template is read-only while rendering, so
+ * one template may be rendered from several threads at once.
+ *
+ * Errors (pl_last_error()):
+ *   parse:  PL_ERR_FORMAT "chat template syntax error at line L, column C: ..."
+ *           (PL_ERR_UNSUPPORTED for tags such as include/extends)
+ *   render: PL_ERR_INVALID_ARG; a template's raise_exception("msg") gives
+ *           exactly "msg"; anything else "chat template error at line L: ..."
+ *           (undefined values used wrongly, type errors, exceeded limits).
+ * Hostile templates and inputs cannot crash the process or run unbounded:
+ * nesting, recursion, loop iterations, evaluation steps, allocation and
+ * output size are all limited.
+ */
+#ifndef PL_CHAT_CHAT_TEMPLATE_H
+#define PL_CHAT_CHAT_TEMPLATE_H
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include "pocketllm.h"
+
+struct json_t;   /* jansson */
+
+typedef struct pl_chat_template pl_chat_template;
+
+typedef struct pl_chat_template_options {
+    const struct tm *now;     /* time for strftime_now(); NULL = local time now */
+    size_t max_output;        /* bytes of output (and of any string); 0 = 64 MiB */
+    uint64_t max_iterations;  /* loop iterations in total; 0 = 1,000,000 */
+    uint64_t max_steps;       /* evaluated statements/expressions; 0 = 10,000,000 */
+    uint64_t max_alloc;       /* bytes allocated in total while rendering; 0 = 512 MiB */
+    size_t max_stack;         /* bytes of C stack the renderer may use; 0 = 512 KiB */
+} pl_chat_template_options;
+
+pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out);
+void pl_chat_template_free(pl_chat_template *t);
+
+/* Renders into a malloc'd, NUL-terminated string (free with free()). opts
+ * may be NULL. context must be a JSON object (or NULL for no variables). */
+pl_status pl_chat_template_render(const pl_chat_template *t, const struct json_t *context,
+                                  const pl_chat_template_options *opts, char **out, size_t *out_len);
+
+/* The same with the context given as JSON text. */
+pl_status pl_chat_template_render_json(const pl_chat_template *t, const char *json, size_t json_len,
+                                       const pl_chat_template_options *opts, char **out, size_t *out_len);
+
+#endif
