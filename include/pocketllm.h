@@ -107,6 +107,18 @@ PL_API pl_status pl_detokenize(const pl_model *model, const int32_t *ids, size_t
 PL_API bool pl_token_is_eog(const pl_model *model, int32_t id);
 PL_API void pl_free(void *p);
 
+/* ---- chat templates -------------------------------------------------------*/
+
+/* Renders a chat template the way Hugging Face's apply_chat_template does.
+ * context_json: a JSON object whose keys become template variables
+ * ("messages", "tools", "add_generation_prompt", and extra keyword arguments
+ * such as "enable_thinking"); "bos_token" / "eos_token" default to the
+ * vocabulary's. template_text: NULL = the file's tokenizer.chat_template
+ * (PL_ERR_NOT_FOUND if it has none). *text is malloc'd (free with pl_free).
+ * A template's raise_exception("msg") fails with PL_ERR_INVALID_ARG and msg. */
+PL_API pl_status pl_chat_apply_template(const pl_model *model, const char *template_text,
+                                        const char *context_json, char **text, size_t *len);
+
 /* ---- sessions and decoding ------------------------------------------------*/
 
 /* A session owns one sequence: a KV-cache slot and its position. */

@@ -84,10 +84,8 @@ def render_chat(model, messages: Sequence[dict], add_generation_prompt: bool = T
     model file's tokenizer.chat_template). bos_token and eos_token are the
     texts of the file's BOS/EOS tokens; extra keyword arguments become
     template variables (for example enable_thinking=False)."""
-    if template is None:
-        template = model.chat_template
-        if template is None:
-            raise NotFoundError(f"{model.path}: the file has no tokenizer.chat_template; pass template=...")
+    if template is None and model.chat_template is None:
+        raise NotFoundError(f"{model.path}: the file has no tokenizer.chat_template; pass template=...")
     if isinstance(messages, dict) or isinstance(messages, str):
         raise ChatTemplateError("messages must be a list of {'role': ..., 'content': ...} dicts")
     context = {
@@ -99,4 +97,17 @@ def render_chat(model, messages: Sequence[dict], add_generation_prompt: bool = T
     if tools is not None:
         context["tools"] = list(tools)
     context.update(extra)
-    return render_template(template, context, now=now)
+    if now is not None:
+        # A fixed clock (tests): render with jinja2, which takes one.
+        return render_template(template if template is not None else model.chat_template, context, now=now)
+    # The C renderer (byte-identical with jinja2 on the reference cases): no
+    # Python dependency needed.
+    import json
+    from . import native
+    from .errors import PocketLLMError
+    try:
+        return native.chat_apply_template(model._handle, template, json.dumps(context, ensure_ascii=False))
+    except PocketLLMError as e:
+        if isinstance(e, ChatTemplateError):
+            raise
+        raise ChatTemplateError(str(e)) from None

@@ -152,6 +152,7 @@ _DECLS: dict[str, tuple] = {
     "pl_token_to_piece": (STATUS, [_p, c_int32, c_bool, POINTER(c_char), c_size_t, POINTER(c_size_t)]),
     "pl_detokenize": (STATUS, [_p, POINTER(c_int32), c_size_t, c_bool, POINTER(c_void_p), POINTER(c_size_t)]),
     "pl_token_is_eog": (c_bool, [_p, c_int32]),
+    "pl_chat_apply_template": (STATUS, [_p, c_char_p, c_char_p, POINTER(c_void_p), POINTER(c_size_t)]),
     "pl_free": (None, [c_void_p]),
     # sessions and decoding
     "pl_session_create": (STATUS, [_p, _ptr_out]),
@@ -358,6 +359,19 @@ def detokenize(m: int, ids, special: bool) -> bytes:
     L.pl_detokenize(m, ptr, a.size, bool(special), byref(text), byref(n))
     try:
         return ctypes.string_at(text, n.value) if n.value else b""
+    finally:
+        L.pl_free(text)
+
+
+def chat_apply_template(m: int, template: str | None, context_json: str) -> str:
+    """Renders a chat template with the C renderer (src/chat/)."""
+    L = lib()
+    text = c_void_p()
+    n = c_size_t()
+    L.pl_chat_apply_template(m, template.encode() if template is not None else None, context_json.encode(),
+                             byref(text), byref(n))
+    try:
+        return ctypes.string_at(text, n.value).decode("utf-8", "replace") if n.value else ""
     finally:
         L.pl_free(text)
 

@@ -62,7 +62,15 @@ def test_chat_errors(tiny, monkeypatch):
 
 
 def test_chat_without_jinja2(tiny, monkeypatch):
+    # Model.chat renders with the C renderer: jinja2 is not needed, and the
+    # prompt equals jinja2's rendering.
+    msgs = [{"role": "user", "content": "x"}]
+    with_jinja = pocketllm.chat.render_template(tiny.chat_template, {"messages": msgs, "add_generation_prompt": True})
     monkeypatch.setitem(sys.modules, "jinja2", None)
     monkeypatch.setitem(sys.modules, "jinja2.sandbox", None)
+    assert tiny.apply_chat_template([{"role": "user", "content": "x"}]) == with_jinja
+    assert pocketllm.chat.render_template is not None
     with pytest.raises(pocketllm.ChatTemplateError, match="jinja2"):
-        tiny.chat([{"role": "user", "content": "x"}])
+        pocketllm.chat.render_template("{{ 1 }}", {})
+    out = tiny.chat([{"role": "user", "content": "x"}], max_tokens=2)
+    assert len(out.tokens) <= 2
