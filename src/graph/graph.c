@@ -313,6 +313,7 @@ pl_status pl_graph_execute(const pl_graph *g, pl_exec_ctx *ctx) {
             return pl_errorf(PL_ERR_INTERNAL, "%s needs more work memory than planned", pl_op_name(nd->op));
         pl_status st = k->run(ctx, nd);
         if (st != PL_OK) return st;
+        if (ctx->on_node) ctx->on_node(ctx->on_node_user, nd);
     }
     return PL_OK;
 }

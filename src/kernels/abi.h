@@ -137,6 +137,11 @@ typedef struct pl_exec_ctx {
     struct pl_threadpool *pool;    /* NULL for single-threaded backends */
     void *work;                    /* per-op scratch, sized by the planner */
     size_t work_size;
+    /* Optional observer called by pl_graph_execute after each node has run,
+     * with the node (its inputs and output are valid then). NULL = none.
+     * Used to collect activation statistics (quant/imatrix.c). */
+    void (*on_node)(void *user, const pl_node *node);
+    void *on_node_user;
 } pl_exec_ctx;
 
 typedef pl_status (*pl_kernel_fn)(pl_exec_ctx *ctx, const pl_node *node);
