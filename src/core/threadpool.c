@@ -3,10 +3,10 @@
  * Dispatch protocol. The caller publishes (fn, arg), resets n_done and bumps
  * the job generation `gen`; each worker waits for gen to change, runs
  * fn(arg, ith, nth) and increments n_done; the caller runs ith = 0 itself and
- * then waits for n_done == nth - 1. A worker first spins on gen (with the
- * PAUSE hint) for PL_SPIN_NS after its last job, so the back-to-back ops of a
- * forward pass are dispatched in well under a microsecond without syscalls;
- * after that it sleeps on a condition variable so an idle model costs no CPU.
+ * then waits for n_done == nth - 1. After its last job a worker spins on gen
+ * (see the waiting phases below), so the back-to-back ops of a forward pass
+ * are dispatched in about a microsecond without syscalls; after a while it
+ * sleeps on a condition variable so an idle model costs no CPU.
  *
  * Lost wake-ups are excluded Dekker-style: a worker increments n_sleeping
  * (seq_cst) under the mutex and then re-reads gen before waiting, while the
@@ -140,8 +140,11 @@ pl_status pl_threadpool_create(int n_threads, pl_threadpool **out) {
     if (n_threads < 1 || n_threads > PL_MAX_THREADS)
         return pl_errorf(PL_ERR_INVALID_ARG, "threadpool: n_threads = %d (must be 1..%d)",
                          n_threads, PL_MAX_THREADS);
-    struct pl_threadpool *p = calloc(1, sizeof *p);
+    /* over-aligned struct (cache-line counters): calloc does not promise 64 */
+    const size_t size = (sizeof(struct pl_threadpool) + 63) & ~(size_t)63;
+    struct pl_threadpool *p = aligned_alloc(64, size);
     if (!p) return pl_errorf(PL_ERR_NO_MEMORY, "threadpool: out of memory");
+    memset(p, 0, size);
     p->n_threads = n_threads;
     atomic_init(&p->gen, 0);
     atomic_init(&p->n_done, 0);

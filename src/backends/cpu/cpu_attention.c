@@ -5,15 +5,21 @@
  *   [n_kv_head*head_dim, n_ctx, n_seq], pos/seq I32 [n_tok],
  *   dst [head_dim*n_head, n_tok] F32.
  *
- * A task is one (token t, KV head g): the n_head/n_kv_head query heads that
- * share g are processed together, up to 4 at a time, so every K and V row is
- * loaded (and converted from F16) once for all of them. Per task, two passes:
- * scores S = scale * Q K^T over positions 0..pos[t], a stable softmax
- * (exp(s - max)), then O = P V / sum. Tasks are handed out dynamically,
- * longest (latest position) first, because prefill tokens differ in cost.
+ * A task is one KV head g and a block of up to TB consecutive tokens: its
+ * "query rows" are the n_head/n_kv_head query heads of g for each of those
+ * tokens (about 8 rows). All of them are processed against each block of
+ * PL_ATT_JBLK cache positions while that block of K (then V) rows sits in L1,
+ * so a K/V row is fetched from memory once per task instead of once per
+ * query head and token; inside, the SIMD helpers take up to 4 query rows at
+ * a time. Per task, two passes: scores S = scale * Q K^T up to the largest
+ * position of the block, a stable softmax per query row over its own causal
+ * range 0..pos[t] (exp(s - max); positions past pos[t] get weight 0), then
+ * O = P V / sum. Tasks are KV-head-major (a thread's consecutive tasks reuse
+ * one head slice of the cache from its L2) and go from the last token block
+ * backwards (longest first), handed out dynamically.
  *
- * Per-thread scratch (ctx->work): 4 score rows of n_ctx floats + 4 output
- * rows of head_dim floats.
+ * Per-thread scratch (ctx->work): QR score rows of n_ctx floats and QR output
+ * rows of head_dim floats, QR = the query rows of a task.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -24,7 +30,9 @@
 #include "core/status.h"
 #include "core/threadpool.h"
 
-#define PL_ATT_MAX_R 4   /* query heads per pass */
+#define PL_ATT_MAX_R 4     /* query rows per SIMD helper call */
+#define PL_ATT_ROWS 8      /* target query rows per task (heads x tokens) */
+#define PL_ATT_JBLK 64     /* cache positions per L1 block */
 
 /* ---- helpers: portable ------------------------------------------------------*/
 
@@ -49,11 +57,13 @@ static void pl_att_scores_c(int R, const float *const *q, const char *k, size_t 
     }
 }
 
-/* O[r*hd + d] = sum_j P[r*ldS + j] * v_j[d]. */
+/* O[r*hd + d] (+)= sum_j P[r*ldS + j] * v_j[d]; O is zeroed first unless
+ * accumulate. */
 static void pl_att_values_c(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
-                            int64_t hd, float *O) {
-    for (int r = 0; r < R; r++)
-        for (int64_t d = 0; d < hd; d++) O[r * hd + d] = 0.0f;
+                            int64_t hd, float *O, bool accumulate) {
+    if (!accumulate)
+        for (int r = 0; r < R; r++)
+            for (int64_t d = 0; d < hd; d++) O[r * hd + d] = 0.0f;
     for (int64_t j = 0; j < n_kv; j++) {
         const char *vr = v + j * vs;
         for (int r = 0; r < R; r++) {
@@ -63,7 +73,7 @@ static void pl_att_values_c(int R, const float *P, int64_t ldS, const char *v, s
     }
 }
 
-/* x = exp(x - max(x)); returns the sum. */
+/* x = exp(x - max(x)); returns the sum (in double, then rounded). */
 static float pl_att_softmax_c(float *x, int64_t n) {
     float mx = -INFINITY;
     for (int64_t i = 0; i < n; i++) mx = x[i] > mx ? x[i] : mx;
@@ -80,6 +90,8 @@ static float pl_att_softmax_c(float *x, int64_t n) {
 typedef struct pl_att_job {
     const pl_node *node;
     int64_t head_dim, n_head, n_tok, n_kv_head, group, n_ctx;
+    int64_t tb;          /* tokens per task */
+    int64_t n_blocks;    /* token blocks */
     float scale;
     bool f16, avx2;
     char *scratch;
@@ -94,46 +106,116 @@ static inline int32_t pl_att_i32(const pl_tensor *t, int64_t i) {
     return v;
 }
 
-static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O) {
+/* Tokens per task: enough that a task has about PL_ATT_ROWS query rows. */
+static int64_t pl_att_tb(int64_t group) { return group >= PL_ATT_ROWS ? 1 : PL_ATT_ROWS / group; }
+
+static void pl_att_scores(const pl_att_job *j, int R, const float *const *q, const char *k, size_t ks,
+                          int64_t n, float *S, int64_t ldS) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2) { pl_cpu_att_scores_avx2(R, q, k, ks, j->f16, n, j->head_dim, j->scale, S, ldS); return; }
+#endif
+    pl_att_scores_c(R, q, k, ks, j->f16, n, j->head_dim, j->scale, S, ldS);
+}
+
+static float pl_att_softmax(const pl_att_job *j, float *x, int64_t n) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2) return pl_cpu_att_softmax_avx2(x, n);
+#endif
+    return pl_att_softmax_c(x, n);
+}
+
+static void pl_att_values(const pl_att_job *j, int R, const float *P, int64_t ldS, const char *v, size_t vs,
+                          int64_t n, float *O, bool accumulate) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2) { pl_cpu_att_values_avx2(R, P, ldS, v, vs, j->f16, n, j->head_dim, O, accumulate); return; }
+#endif
+    pl_att_values_c(R, P, ldS, v, vs, j->f16, n, j->head_dim, O, accumulate);
+}
+
+/* Query rows at most per run (the stack arrays below). */
+#define PL_ATT_RUN_ROWS (PL_ATT_ROWS * 2)
+
+/* Tokens t0..t1-1 (same slot), query heads h0..h1-1 of KV head g's group;
+ * (t1 - t0) * (h1 - h0) <= PL_ATT_RUN_ROWS. */
+static void pl_att_run_tokens(const pl_att_job *j, int64_t g, int64_t t0, int64_t t1, int64_t h0, int64_t h1,
+                              float *S, float *O) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
-    /* tasks are numbered from the last token backwards (longest first) */
-    const int64_t t = j->n_tok - 1 - task / j->n_kv_head, g = task % j->n_kv_head;
-    const int32_t p = pl_att_i32(node->src[3], t), sq = pl_att_i32(node->src[4], t);
-    const int64_t n_kv = (int64_t)p + 1, hd = j->head_dim;
+    const int64_t hd = j->head_dim, ldS = j->n_ctx;
+    const int32_t sq = pl_att_i32(node->src[4], t0);
     const size_t el = j->f16 ? 2 : 4;
     const char *kbase = (const char *)pl_tensor_row(k, 0, sq, 0) + g * hd * (int64_t)el;
     const char *vbase = (const char *)pl_tensor_row(v, 0, sq, 0) + g * hd * (int64_t)el;
-    float *out_row = (float *)pl_tensor_row(node->dst, t, 0, 0);
-    for (int64_t h0 = 0; h0 < j->group; h0 += PL_ATT_MAX_R) {
-        const int R = (int)(j->group - h0 < PL_ATT_MAX_R ? j->group - h0 : PL_ATT_MAX_R);
-        const float *qr[PL_ATT_MAX_R];
-        for (int r = 0; r < R; r++) qr[r] = (const float *)pl_tensor_row(q, g * j->group + h0 + r, t, 0);
-        float sums[PL_ATT_MAX_R];
-#if PL_CPU_HAVE_AVX2_BUILD
-        if (j->avx2) {
-            pl_cpu_att_scores_avx2(R, qr, kbase, k->nb[1], j->f16, n_kv, hd, j->scale, S, j->n_ctx);
-            for (int r = 0; r < R; r++) sums[r] = pl_cpu_att_softmax_avx2(S + r * j->n_ctx, n_kv);
-            pl_cpu_att_values_avx2(R, S, j->n_ctx, vbase, v->nb[1], j->f16, n_kv, hd, O);
-        } else
-#endif
-        {
-            pl_att_scores_c(R, qr, kbase, k->nb[1], j->f16, n_kv, hd, j->scale, S, j->n_ctx);
-            for (int r = 0; r < R; r++) sums[r] = pl_att_softmax_c(S + r * j->n_ctx, n_kv);
-            pl_att_values_c(R, S, j->n_ctx, vbase, v->nb[1], j->f16, n_kv, hd, O);
+    const float *qr[PL_ATT_RUN_ROWS];
+    int64_t n_kv[PL_ATT_RUN_ROWS];
+    int n_rows = 0;
+    int64_t max_kv = 0;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t nk = (int64_t)pl_att_i32(node->src[3], t) + 1;
+        for (int64_t h = h0; h < h1; h++) {
+            qr[n_rows] = (const float *)pl_tensor_row(q, g * j->group + h, t, 0);
+            n_kv[n_rows++] = nk;
         }
-        for (int r = 0; r < R; r++) {
-            float *o = out_row + (g * j->group + h0 + r) * hd;
-            const float inv = 1.0f / sums[r];
-            for (int64_t d = 0; d < hd; d++) o[d] = O[r * hd + d] * inv;
+        if (nk > max_kv) max_kv = nk;
+    }
+    /* scores, one L1 block of K rows at a time */
+    for (int64_t jb = 0; jb < max_kv; jb += PL_ATT_JBLK) {
+        const int64_t n = max_kv - jb < PL_ATT_JBLK ? max_kv - jb : PL_ATT_JBLK;
+        for (int r0 = 0; r0 < n_rows; r0 += PL_ATT_MAX_R) {
+            const int R = n_rows - r0 < PL_ATT_MAX_R ? n_rows - r0 : PL_ATT_MAX_R;
+            pl_att_scores(j, R, qr + r0, kbase + jb * (int64_t)k->nb[1], k->nb[1], n, S + r0 * ldS + jb, ldS);
         }
+    }
+    /* causal softmax per query row; weight 0 past its own position */
+    float sums[PL_ATT_RUN_ROWS];
+    for (int r = 0; r < n_rows; r++) {
+        float *sr = S + r * ldS;
+        sums[r] = pl_att_softmax(j, sr, n_kv[r]);
+        for (int64_t i = n_kv[r]; i < max_kv; i++) sr[i] = 0.0f;
+    }
+    /* values, one L1 block of V rows at a time */
+    for (int64_t jb = 0; jb < max_kv; jb += PL_ATT_JBLK) {
+        const int64_t n = max_kv - jb < PL_ATT_JBLK ? max_kv - jb : PL_ATT_JBLK;
+        for (int r0 = 0; r0 < n_rows; r0 += PL_ATT_MAX_R) {
+            const int R = n_rows - r0 < PL_ATT_MAX_R ? n_rows - r0 : PL_ATT_MAX_R;
+            pl_att_values(j, R, S + r0 * ldS + jb, ldS, vbase + jb * (int64_t)v->nb[1], v->nb[1], n, O + r0 * hd,
+                          jb > 0);
+        }
+    }
+    const int64_t nh = h1 - h0;
+    for (int r = 0; r < n_rows; r++) {
+        const int64_t t = t0 + r / nh, h = g * j->group + h0 + r % nh;
+        float *o = (float *)pl_tensor_row(node->dst, t, 0, 0) + h * hd;
+        const float inv = 1.0f / sums[r];
+        for (int64_t d = 0; d < hd; d++) o[d] = O[r * hd + d] * inv;
+    }
+}
+
+static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O) {
+    /* KV-head-major; token blocks from the last one backwards */
+    const int64_t g = task / j->n_blocks, b = j->n_blocks - 1 - task % j->n_blocks;
+    const int64_t t_lo = b * j->tb, t_hi = t_lo + j->tb < j->n_tok ? t_lo + j->tb : j->n_tok;
+    /* a block may mix slots (batched sequences): one run per slot change */
+    for (int64_t t0 = t_lo; t0 < t_hi;) {
+        const int32_t sq = pl_att_i32(j->node->src[4], t0);
+        int64_t t1 = t0 + 1;
+        while (t1 < t_hi && pl_att_i32(j->node->src[4], t1) == sq) t1++;
+        if (j->group > PL_ATT_RUN_ROWS) {
+            /* very wide groups (then tb = 1): heads in slices of the run size */
+            for (int64_t h = 0; h < j->group; h += PL_ATT_RUN_ROWS)
+                pl_att_run_tokens(j, g, t0, t1, h, h + PL_ATT_RUN_ROWS < j->group ? h + PL_ATT_RUN_ROWS : j->group, S, O);
+        } else {
+            pl_att_run_tokens(j, g, t0, t1, 0, j->group, S, O);
+        }
+        t0 = t1;
     }
 }
 
 static void pl_att_task(void *arg, int ith, int nth) {
     pl_att_job *j = arg;
+    const int64_t rows = j->tb * j->group;
     float *S = (float *)(j->scratch + (size_t)ith * j->per_thread);
-    float *O = S + PL_ATT_MAX_R * j->n_ctx;
+    float *O = S + rows * j->n_ctx;
     for (int64_t id = ith; id < j->n_tasks; id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
         pl_att_task_run(j, id, S, O);
     (void)nth;
@@ -141,7 +223,10 @@ static void pl_att_task(void *arg, int ith, int nth) {
 
 static size_t pl_att_per_thread(const pl_node *node) {
     const size_t n_ctx = (size_t)node->src[1]->ne[1], hd = (size_t)node->src[0]->ne[0];
-    return ((PL_ATT_MAX_R * (n_ctx + hd)) * sizeof(float) + 63) & ~(size_t)63;
+    const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
+    const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
+    const size_t rows = (size_t)(pl_att_tb(group) * group);
+    return ((rows * (n_ctx + hd)) * sizeof(float) + 63) & ~(size_t)63;
 }
 
 size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
@@ -178,7 +263,9 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     job.f16 = k->dtype == PL_F16;
     job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
     job.per_thread = pl_att_per_thread(node);
-    job.n_tasks = job.n_tok * n_kv_head;
+    job.tb = pl_att_tb(job.group);
+    job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;
+    job.n_tasks = job.n_blocks * n_kv_head;
     const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
     pl_cpu_scratch scratch;
     PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));

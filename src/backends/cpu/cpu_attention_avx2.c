@@ -16,6 +16,18 @@ PL_AI __m256 pl_ld8(const char *row, int64_t d, const int f16) {
     return _mm256_loadu_ps((const float *)row + d);
 }
 
+/* Cache rows j0..j0+n-1 of a K/V head slice (bytes each) are requested
+ * ahead of use. The slice of one head is a few hundred bytes out of every
+ * (kilobytes long) cache row, a stride the hardware prefetchers do not follow
+ * across pages, so without this every line is a demand miss to L3. */
+PL_AI void pl_prefetch_rows(const char *base, size_t stride, int64_t j0, int64_t n, int64_t n_kv, size_t bytes) {
+    if (j0 + n > n_kv) n = n_kv - j0;
+    for (int64_t j = 0; j < n; j++)
+        for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + (j0 + j) * stride + off, _MM_HINT_T0);
+}
+
+#define PL_PF_ROWS 16   /* rows per prefetch batch, about one batch ahead */
+
 /* R heads x JB positions starting at j0; R * JB <= 8. hd % 8 == 0. */
 PL_AI void pl_scores_block(const int R, const int JB, const int f16, const float *const *q, const char *k, size_t ks,
                            int64_t j0, int64_t hd, float scale, float *S, int64_t ldS) {
@@ -44,8 +56,13 @@ PL_AI void pl_scores_block(const int R, const int JB, const int f16, const float
 PL_AI void pl_scores_r(const int R, const int f16, const float *const *q, const char *k, size_t ks, int64_t n_kv,
                        int64_t hd, float scale, float *S, int64_t ldS) {
     const int JB = R == 1 ? 8 : R == 2 ? 4 : 2;
+    const size_t bytes = (size_t)hd * (f16 ? 2 : 4);
+    pl_prefetch_rows(k, ks, 0, PL_PF_ROWS, n_kv, bytes);
     int64_t j = 0;
-    for (; j + JB <= n_kv; j += JB) pl_scores_block(R, JB, f16, q, k, ks, j, hd, scale, S, ldS);
+    for (; j + JB <= n_kv; j += JB) {
+        if (j % PL_PF_ROWS == 0) pl_prefetch_rows(k, ks, j + PL_PF_ROWS, PL_PF_ROWS, n_kv, bytes);
+        pl_scores_block(R, JB, f16, q, k, ks, j, hd, scale, S, ldS);
+    }
     for (; j < n_kv; j++) pl_scores_block(R, 1, f16, q, k, ks, j, hd, scale, S, ldS);
 }
 
@@ -54,7 +71,6 @@ static void pl_scores_any(int R, const float *const *q, const char *k, size_t ks
                           float scale, float *S, int64_t ldS) {
     for (int64_t j = 0; j < n_kv; j++) {
         const char *kr = k + j * ks;
-        PL_UNROLL
         for (int r = 0; r < R; r++) {
             float s = 0.0f;
             for (int64_t d = 0; d < hd; d++)
@@ -78,15 +94,16 @@ void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t 
 #undef PL_SC
 }
 
-/* O[r*hd + d0 .. d0 + 8*DB) = sum_j P[r*ldS + j] * v_j[...] */
+/* O[r*hd + d0 .. d0 + 8*DB) (+)= sum_{j in [j0, j1)} P[r*ldS + j] * v_j[...] */
 PL_AI void pl_values_block(const int R, const int DB, const int f16, const float *P, int64_t ldS, const char *v,
-                           size_t vs, int64_t n_kv, int64_t d0, int64_t hd, float *O) {
+                           size_t vs, int64_t j0, int64_t j1, int64_t d0, int64_t hd, float *O, bool first) {
     __m256 acc[4][8];
     PL_UNROLL
     for (int r = 0; r < R; r++)
         PL_UNROLL
-        for (int b = 0; b < DB; b++) acc[r][b] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n_kv; j++) {
+        for (int b = 0; b < DB; b++)
+            acc[r][b] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(O + r * hd + d0 + 8 * b);
+    for (int64_t j = j0; j < j1; j++) {
         const char *vr = v + j * vs;
         __m256 p[4];
         PL_UNROLL
@@ -104,21 +121,31 @@ PL_AI void pl_values_block(const int R, const int DB, const int f16, const float
         for (int b = 0; b < DB; b++) _mm256_storeu_ps(O + r * hd + d0 + 8 * b, acc[r][b]);
 }
 
+/* Positions go in blocks of PL_VBLK: a block's V rows (a few KB) stay in L1
+ * while the output dims are swept in register-sized slices, and the next
+ * block is prefetched meanwhile. */
+#define PL_VBLK 32
+
 PL_AI void pl_values_r(const int R, const int f16, const float *P, int64_t ldS, const char *v, size_t vs,
-                       int64_t n_kv, int64_t hd, float *O) {
+                       int64_t n_kv, int64_t hd, float *O, bool accumulate) {
     const int DB = R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 3 : 2;
-    int64_t d = 0;
-    for (; d + 8 * DB <= hd; d += 8 * DB) pl_values_block(R, DB, f16, P, ldS, v, vs, n_kv, d, hd, O);
-    for (; d + 8 <= hd; d += 8) pl_values_block(R, 1, f16, P, ldS, v, vs, n_kv, d, hd, O);
+    const size_t bytes = (size_t)hd * (f16 ? 2 : 4);
+    pl_prefetch_rows(v, vs, 0, PL_VBLK, n_kv, bytes);
+    for (int64_t j0 = 0; j0 < n_kv; j0 += PL_VBLK) {
+        const int64_t j1 = j0 + PL_VBLK < n_kv ? j0 + PL_VBLK : n_kv;
+        pl_prefetch_rows(v, vs, j1, PL_VBLK, n_kv, bytes);
+        int64_t d = 0;
+        for (; d + 8 * DB <= hd; d += 8 * DB) pl_values_block(R, DB, f16, P, ldS, v, vs, j0, j1, d, hd, O, j0 == 0 && !accumulate);
+        for (; d + 8 <= hd; d += 8) pl_values_block(R, 1, f16, P, ldS, v, vs, j0, j1, d, hd, O, j0 == 0 && !accumulate);
+    }
 }
 
 void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
-                            int64_t hd, float *O) {
+                            int64_t hd, float *O, bool accumulate) {
     if (hd % 8) {
-        PL_UNROLL
         for (int r = 0; r < R; r++)
             for (int64_t d = 0; d < hd; d++) {
-                float s = 0.0f;
+                float s = accumulate ? O[r * hd + d] : 0.0f;
                 for (int64_t j = 0; j < n_kv; j++) {
                     const char *vr = v + j * vs;
                     s += P[r * ldS + j] * (f16 ? _cvtsh_ss(((const uint16_t *)vr)[d]) : ((const float *)vr)[d]);
@@ -128,7 +155,8 @@ void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, s
         return;
     }
 #define PL_VA(RR) \
-    (f16 ? pl_values_r(RR, 1, P, ldS, v, vs, n_kv, hd, O) : pl_values_r(RR, 0, P, ldS, v, vs, n_kv, hd, O))
+    (f16 ? pl_values_r(RR, 1, P, ldS, v, vs, n_kv, hd, O, accumulate) \
+         : pl_values_r(RR, 0, P, ldS, v, vs, n_kv, hd, O, accumulate))
     switch (R) {
         case 1: PL_VA(1); break;
         case 2: PL_VA(2); break;

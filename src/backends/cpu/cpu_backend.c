@@ -4,9 +4,12 @@
  * cpu_ops*.c and cpu_attention*.c.
  *
  * Table: GET_ROWS and MATMUL for every dtype pl_dequantize_row decodes
- * (MATMUL is integer/SIMD-optimized for F32, F16, BF16, Q8_0, Q4_K, Q6_K and
- * decode-then-F32 for the others), RMS_NORM / ADD / SWIGLU / ROPE on F32,
- * KV_STORE and ATTENTION for F16 and F32 caches.
+ * (generated from PL_DEQUANT_TYPES). MATMUL picks its implementation per
+ * weight dtype in pl_cpu_mm_type_get(): the SIMD kernels of cpu_matmul*.c for
+ * F32, F16, BF16, Q8_0, Q4_K, Q6_K; the integer kernels of cpu_matmul_iq*.c
+ * for the IQ / TQ / q2_K / q3_K / q5_K types; decode-to-F32 for anything
+ * else. RMS_NORM / ADD / SWIGLU / ROPE on F32, KV_STORE and ATTENTION for F16
+ * and F32 caches.
  */
 #include <stdio.h>
 #include <stdlib.h>

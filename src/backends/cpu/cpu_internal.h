@@ -71,6 +71,7 @@ void pl_cpu_mm_q6_K(int64_t K, const void *w, size_t ws, int nr, const void *a, 
 void pl_cpu_quantize_q8_0_avx2(const float *x, void *dst, int64_t K);
 void pl_cpu_quantize_q8_K_avx2(const float *x, void *dst, int64_t K);
 void pl_cpu_round_f16_avx2(const float *x, void *dst, int64_t K);
+void pl_cpu_round_bf16_avx2(const float *x, void *dst, int64_t K);
 void pl_cpu_mm_f32_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, float *d, size_t ds);
 void pl_cpu_mm_f16_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, float *d, size_t ds);
 void pl_cpu_mm_bf16_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, float *d, size_t ds);
@@ -132,7 +133,7 @@ void pl_cpu_vec_bf16_to_f32_avx2(const uint16_t *x, float *y, int64_t n);
 void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n_kv,
                             int64_t hd, float scale, float *S, int64_t ldS);
 void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
-                            int64_t hd, float *O);
+                            int64_t hd, float *O, bool accumulate);
 float pl_cpu_att_softmax_avx2(float *x, int64_t n);
 double pl_cpu_sumsq_avx2(const float *x, int64_t n);
 void pl_cpu_scale_mul_avx2(const float *x, float s, const float *w, float *y, int64_t n);

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_matmul_iq.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/status.h"
@@ -246,7 +247,7 @@ static const pl_cpu_mm_type pl_mm_types_portable[] = {
 static const pl_cpu_mm_type pl_mm_types_avx2[] = {
     {PL_F32, PL_F32, NULL, pl_cpu_mm_f32_avx2, 4, 3},
     {PL_F16, PL_F32, pl_cpu_round_f16_avx2, pl_cpu_mm_f16_avx2, 4, 3},
-    {PL_BF16, PL_F32, pl_cpu_round_bf16, pl_cpu_mm_bf16_avx2, 4, 3},
+    {PL_BF16, PL_F32, pl_cpu_round_bf16_avx2, pl_cpu_mm_bf16_avx2, 4, 3},
     {PL_Q8_0, PL_Q8_0, pl_cpu_quantize_q8_0_avx2, pl_cpu_mm_q8_0_avx2, 1, 4},
     {PL_Q4_K, PL_Q8_K, pl_cpu_quantize_q8_K_avx2, pl_cpu_mm_q4_K_avx2, 1, 4},
     {PL_Q6_K, PL_Q8_K, pl_cpu_quantize_q8_K_avx2, pl_cpu_mm_q6_K_avx2, 1, 4},
@@ -297,6 +298,9 @@ const pl_cpu_mm_type *pl_cpu_mm_type_get(pl_dtype wtype) {
 #endif
     for (size_t i = 0; i < n; i++)
         if (tab[i].wtype == wtype) return &tab[i];
+    /* the IQ / TQ / low-bit k-quant kernels (cpu_matmul_iq.c) */
+    const pl_cpu_mm_type *lad = pl_cpu_mm_type_get_ladder(wtype);
+    if (lad) return lad;
     for (size_t i = 0; i < sizeof pl_mm_types_generic / sizeof pl_mm_types_generic[0]; i++)
         if (pl_mm_types_generic[i].wtype == wtype) return &pl_mm_types_generic[i];
     return NULL;

@@ -112,6 +112,25 @@ void pl_cpu_round_f16_avx2(const float *x, void *dst, int64_t K) {
     for (; k < K; k++) y[k] = pl_f16_to_f32(pl_f32_to_f16(x[k]));
 }
 
+/* x rounded to bf16 (nearest-even, NaNs kept quiet: as pl_f32_to_bf16) and
+ * widened back to f32. */
+void pl_cpu_round_bf16_avx2(const float *x, void *dst, int64_t K) {
+    float *y = dst;
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), abs = _mm256_set1_epi32(0x7fffffff);
+    const __m256i inf = _mm256_set1_epi32(0x7f800000), quiet = _mm256_set1_epi32(0x00400000);
+    int64_t k = 0;
+    for (; k + 8 <= K; k += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(x + k));
+        const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+        const __m256i r = _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(bias, lsb)), hi);
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        const __m256i qn = _mm256_and_si256(_mm256_or_si256(u, quiet), hi);
+        _mm256_storeu_ps(y + k, _mm256_castsi256_ps(_mm256_blendv_epi8(r, qn, nan)));
+    }
+    for (; k < K; k++) y[k] = pl_bf16_to_f32(pl_f32_to_bf16(x[k]));
+}
+
 /* ---- float tiles: F32 / F16 / BF16 weights x F32 activations ----------------
  * NR weight rows x NC activation rows, 8 columns per step, NR*NC FMA chains. */
 
