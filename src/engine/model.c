@@ -93,7 +93,7 @@ pl_status pl_model_hp_float(pl_model *m, const char *suffix, bool required, floa
     return st;
 }
 
-static pl_status bind_all_tensors(pl_model *m) {
+static pl_status bind_all_tensors(pl_model *m, pl_plan_retype_fn retype, void *retype_user) {
     m->n_weights = pl_gguf_n_tensors(m->gguf);
     m->weights = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *m->weights);
     if (!m->weights) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
@@ -102,7 +102,7 @@ static pl_status bind_all_tensors(pl_model *m) {
         pl_tensor *t = &m->weights[i];
         /* The GGUF reader already checked dims, type and bounds. Weights stay
          * in the mapping, packed: kernels decode them. */
-        pl_tensor_init(t, gt->dtype, (int)gt->n_dims, gt->ne, (void *)gt->data);
+        pl_tensor_init(t, retype ? retype(retype_user, gt) : gt->dtype, (int)gt->n_dims, gt->ne, (void *)gt->data);
         t->buffer = PL_BUF_WEIGHTS;
         snprintf(t->name, sizeof t->name, "%s", gt->name);
     }
@@ -134,7 +134,7 @@ pl_status pl_model_build_graph(pl_model *m, pl_graph *g, int n, int n_out, pl_te
     return PL_OK;
 }
 
-static pl_status plan_memory(pl_model *m, const pl_model_params *p) {
+static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_only) {
     const pl_hparams *hp = &m->hp;
     const int64_t kv_dim = hp->n_head_kv * hp->head_dim;
     m->kv_dtype = PL_F16; /* as llama.cpp's default cache */
@@ -179,6 +179,7 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p) {
                          "but the budget is %.1f MiB",
                          m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
                          m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, p->memory_budget / 1048576.0);
+    if (plan_only) return PL_OK;
 
     /* Allocate. Untouched pages of the cache cost nothing until used. */
     m->kv_mem = aligned_alloc(64, (kv_total + 63) & ~(uint64_t)63);
@@ -202,8 +203,8 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p) {
     return PL_OK;
 }
 
-static pl_status load_impl(pl_model *m, const char *path, const pl_model_params *p) {
-    PL_TRY(pl_gguf_open(path, &m->gguf));
+static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype_fn retype, void *retype_user,
+                           bool plan_only) {
     PL_TRY(pl_vocab_load(m->gguf, &m->vocab));
     if (p->vocab_only) return PL_OK;
 
@@ -234,7 +235,7 @@ static pl_status load_impl(pl_model *m, const char *path, const pl_model_params 
         return pl_errorf(PL_ERR_FORMAT, "%s: implausible block_count %lld", m->file_name, (long long)n_layer);
     m->layers = calloc((size_t)n_layer, sizeof *m->layers);
     if (!m->layers) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
-    PL_TRY(bind_all_tensors(m));
+    PL_TRY(bind_all_tensors(m, retype, retype_user));
     PL_TRY(m->arch->load(m));
 
     m->n_ctx = p->n_ctx > 0 ? p->n_ctx : (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
@@ -243,9 +244,33 @@ static pl_status load_impl(pl_model *m, const char *path, const pl_model_params 
     m->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     if (m->n_batch > m->n_ctx * m->n_seq) m->n_batch = m->n_ctx * m->n_seq;
     m->n_logits_max = m->n_seq;
+    if (p->n_outputs > m->n_logits_max) m->n_logits_max = p->n_outputs < m->n_batch ? p->n_outputs : m->n_batch;
     if (m->n_ctx > (1 << 24) || m->n_seq > 4096 || m->n_batch > (1 << 20))
         return pl_errorf(PL_ERR_INVALID_ARG, "context %d x %d sequences is too large", m->n_ctx, m->n_seq);
-    return plan_memory(m, p);
+    return plan_memory(m, p, plan_only);
+}
+
+static pl_status load_impl(pl_model *m, const char *path, const pl_model_params *p) {
+    PL_TRY(pl_gguf_open(path, &m->gguf));
+    return load_gguf(m, p, NULL, NULL, false);
+}
+
+pl_status pl_model_plan_gguf(pl_gguf *g, const pl_model_params *params, pl_plan_retype_fn retype, void *user,
+                             pl_memory_plan *out) {
+    memset(out, 0, sizeof *out);
+    pl_model_params defaults = pl_model_default_params();
+    if (!params) params = &defaults;
+    pl_model *m = calloc(1, sizeof *m);
+    if (!m) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    m->path = strdup(pl_gguf_name(g));
+    if (!m->path) { free(m); return pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); }
+    m->file_name = m->path;
+    m->gguf = g;
+    pl_status st = load_gguf(m, params, retype, user, true);
+    *out = m->plan;
+    m->gguf = NULL; /* borrowed */
+    pl_model_free(m);
+    return st;
 }
 
 PL_API pl_status pl_model_load(const char *path, const pl_model_params *params, pl_model **out) {

@@ -53,6 +53,17 @@ struct pl_model {
     pl_memory_plan plan;
 };
 
+/* Plans g's model for params exactly as pl_model_load does (the same weight,
+ * KV-cache, scratch and work-memory arithmetic) but allocates neither KV
+ * cache nor scratch and reads no tensor data. retype (NULL = none) gives the
+ * dtype each tensor would have, to plan a requantized model from the
+ * original's tensor table. g stays the caller's. Like pl_model_load it
+ * returns PL_ERR_DOES_NOT_FIT past params->memory_budget; *out is filled
+ * whenever the plan was computed. (Used by engine/fit.c.) */
+typedef pl_dtype (*pl_plan_retype_fn)(void *user, const pl_gguf_tensor *t);
+pl_status pl_model_plan_gguf(pl_gguf *g, const pl_model_params *params, pl_plan_retype_fn retype, void *user,
+                             pl_memory_plan *out);
+
 /* Looks up a weight by name; NULL if absent. */
 pl_tensor *pl_model_weight(struct pl_model *m, const char *name);
 /* Binds a required/optional weight and checks its shape (n_dims, ne) and

@@ -12,8 +12,10 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Rows quantized per work item: about llama.cpp's chunk of 16K elements, so
  * threads share a tensor evenly without contending. Results do not depend
@@ -39,7 +41,7 @@ typedef struct q_job {
     char *dst;
     int64_t rows, rows_per_chunk;
     q_ctx *ctx;
-    pl_status st;
+    atomic_int st;            /* first failure of any thread (pl_status) */
 } q_job;
 
 static void quantize_chunks(void *arg, int ith, int nth) {
@@ -65,7 +67,7 @@ static void quantize_chunks(void *arg, int ith, int nth) {
         }
         const float *im = t->imatrix ? t->imatrix + mat * ne0 : NULL;
         pl_status st = pl_quantize_rows(t->mix.target, x, j->dst + (size_t)r0 * out_row, nr, ne0, im);
-        if (st != PL_OK) j->st = st;
+        if (st != PL_OK) atomic_store(&j->st, (int)st);
     }
 }
 
@@ -103,7 +105,10 @@ static pl_status fill_cb(void *user, const char *name, void *dst, uint64_t size)
     if (rpc * ne0 > ctx->buf_elems) rpc = ctx->buf_elems / ne0;
     q_job job = {t, dst, rows, rpc, ctx, PL_OK};
     pl_threadpool_run(ctx->pool, quantize_chunks, &job);
-    if (job.st != PL_OK) return job.st;
+    /* (the workers' messages stay in their threads: name the tensor here) */
+    if (atomic_load(&job.st) != PL_OK)
+        return pl_errorf((pl_status)atomic_load(&job.st), "cannot quantize %s to %s", t->src->name,
+                         pl_dtype_name(t->mix.target));
     if (log) fprintf(log, "size = %8.2f MiB -> %8.2f MiB\n", (double)t->src->size / 1048576.0, (double)size / 1048576.0);
     return PL_OK;
 }
@@ -132,6 +137,10 @@ pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_q
     q_fill *fills = NULL;
     q_ctx ctx = {0};
     ctx.p = p;
+    /* the input stays mapped while the output is written: never the same file */
+    struct stat si, so;
+    if (stat(in_path, &si) == 0 && stat(out_path, &so) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+        return pl_errorf(PL_ERR_INVALID_ARG, "%s: the output would overwrite the input", out_path);
     pl_status st = pl_gguf_open(in_path, &g);
     if (st != PL_OK) return st;
     const int64_t n = pl_gguf_n_tensors(g);

@@ -8,6 +8,7 @@
  */
 #include "cli.h"
 #include "pocketllm.h"
+#include "engine/fit.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,18 +51,20 @@ static pl_status run_tg(pl_model *m, int n, const int32_t *toks, float *logits) 
 }
 
 static int cmd_bench(int argc, char **argv) {
-    const char *model_path = NULL, *device = "cpu", *v;
+    const char *model_path = NULL, *device = "cpu", *memory = NULL, *v;
     long long p = 512, n = 128, r = 5, threads = 0;
     bool json = false, bad = false;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: pocketllm bench --model M [-p 512] [-n 128] [-r 5] [--threads N] [--device D] [--json]\n"
-                 "  -p 0 or -n 0 skips that test.");
+                 "                       [--memory BYTES|auto]\n"
+                 "  -p 0 or -n 0 skips that test. --memory: a model that does not fit the budget is refused.");
             return 0;
         } else if (!strcmp(a, "--json")) json = true;
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--memory", &memory, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "-p", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &p)) return pl_cli_error("bad -p '%s'", v); }
         else if (pl_cli_opt(argc, argv, &i, "-n", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &n)) return pl_cli_error("bad -n '%s'", v); }
         else if (pl_cli_opt(argc, argv, &i, "-r", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 1, 1000, &r)) return pl_cli_error("bad -r '%s'", v); }
@@ -77,8 +80,19 @@ static int cmd_bench(int argc, char **argv) {
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)(p + n > 0 ? p + n : 512);
     mp.n_batch = (int)(p > 0 ? p : 1);
+    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
+        return pl_cli_error("bench: bad --memory: %s", pl_last_error());
     pl_model *m = NULL;
-    if (pl_model_load(model_path, &mp, &m) != PL_OK) return pl_cli_error("%s", pl_last_error());
+    pl_status lst = pl_model_load(model_path, &mp, &m);
+    if (lst != PL_OK) {
+        pl_cli_error("%s", pl_last_error());
+        if (lst == PL_ERR_DOES_NOT_FIT) { /* name the rung that would fit, and how to make it */
+            char advice[2048];
+            pl_fit_advice(model_path, &mp, advice, sizeof advice);
+            if (*advice) fprintf(stderr, "%s\n", advice);
+        }
+        return 1;
+    }
 
     const int32_t n_vocab = pl_model_n_vocab(m);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);

@@ -1,6 +1,8 @@
 /* pocketllm run: prompt in, generated text out (streamed or as JSON). */
 #include "cli.h"
 #include "pocketllm.h"
+#include "engine/fit.h"
+#include "chat_repl.h"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -20,8 +22,13 @@ static const char *run_usage =
     "  --threads N           worker threads (default: all cores)\n"
     "  --device ref|cpu      backend (default cpu)\n"
     "  --ctx N               context length (default min(model, 4096))\n"
+    "  --memory BYTES|auto   device memory budget (e.g. 4G); a model that does not fit is refused\n"
     "  --no-parse-special    treat special-token text in the prompt as plain text\n"
-    "  --json                print one JSON object instead of streaming text\n";
+    "  --json                print one JSON object instead of streaming text\n"
+    "  --chat                use the model's chat template: with --prompt, answer that one message;\n"
+    "                        without, an interactive chat (/exit, /clear; history kept)\n"
+    "  --system S            a system message for --chat\n"
+    "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n";
 
 typedef struct out_buf { char *p; size_t n, cap; } out_buf;
 
@@ -57,20 +64,27 @@ static size_t utf8_flushable(const char *s, size_t n) {
 }
 
 static int cmd_run(int argc, char **argv) {
-    const char *model_path = NULL, *prompt = NULL, *device = "cpu", *v;
+    const char *model_path = NULL, *prompt = NULL, *device = "cpu", *memory = NULL, *v;
     long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
     double temp = 0, top_p = 0.95, min_p = 0.05;
-    bool parse_special = true, json = false, bad = false;
+    bool parse_special = true, json = false, bad = false, chat = false, think = false, max_set = false;
+    const char *system_msg = NULL;
+    char *chat_prompt = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(run_usage, stdout); return 0; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
+        else if (!strcmp(a, "--chat")) chat = true;
+        else if (!strcmp(a, "--think")) think = true;
+        else if (pl_cli_opt(argc, argv, &i, "--system", &system_msg, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--prompt", &prompt, &bad) || pl_cli_opt(argc, argv, &i, "-p", &prompt, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--memory", &memory, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--max-tokens", &v, &bad) || pl_cli_opt(argc, argv, &i, "-n", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, 1 << 24, &max_tokens)) return pl_cli_error("bad --max-tokens '%s'", v);
+            max_set = true;
         } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad) || pl_cli_opt(argc, argv, &i, "-t", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--ctx", &v, &bad)) {
@@ -89,7 +103,8 @@ static int cmd_run(int argc, char **argv) {
     }
     if (bad) return 1;
     if (!model_path) return pl_cli_error("run: --model is required");
-    if (!prompt) return pl_cli_error("run: --prompt is required");
+    if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
+    if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
 
     double t0 = now_ms();
     if (!json) fprintf(stderr, "loading %s ...", model_path);
@@ -97,13 +112,30 @@ static int cmd_run(int argc, char **argv) {
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
+    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
+        return pl_cli_error("run: bad --memory: %s", pl_last_error());
     pl_model *model = NULL;
-    if (pl_model_load(model_path, &mp, &model) != PL_OK) {
+    pl_status lst = pl_model_load(model_path, &mp, &model);
+    if (lst != PL_OK) {
         if (!json) fputc('\n', stderr);
-        return pl_cli_error("%s", pl_last_error());
+        pl_cli_error("%s", pl_last_error());
+        if (lst == PL_ERR_DOES_NOT_FIT) { /* name the rung that would fit, and how to make it */
+            char advice[2048];
+            pl_fit_advice(model_path, &mp, advice, sizeof advice);
+            if (*advice) fprintf(stderr, "%s\n", advice);
+        }
+        return 1;
     }
     double load_ms = now_ms() - t0;
     if (!json) fprintf(stderr, " done (%.0f ms, %s, device %s)\n", load_ms, pl_model_arch(model), pl_model_device(model));
+    if (chat) { /* chat_repl.c: the interactive chat, or one user turn rendered by the chat template */
+        pl_chat_opts co = {model_path, system_msg, think, max_set || prompt ? max_tokens : 0, pl_sampler_default_params()};
+        co.sampler.temperature = (float)temp, co.sampler.top_k = (int32_t)top_k, co.sampler.top_p = (float)top_p;
+        co.sampler.min_p = (float)min_p, co.sampler.seed = (uint64_t)seed;
+        if (!prompt) { int crc = pl_chat_repl(model, &co); pl_model_free(model); return crc; }
+        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); return 1; }
+        parse_special = true;
+    }
 
     int rc = 0;
     int32_t *ids = NULL, *gen = NULL;
@@ -178,6 +210,7 @@ static int cmd_run(int argc, char **argv) {
                decode_ms > 0 && n_gen > 1 ? (n_gen - 1) * 1e3 / decode_ms : 0.0);
     }
 done:
+    free(chat_prompt);
     free(text.p);
     free(gen);
     free(logits);

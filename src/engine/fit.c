@@ -1,0 +1,487 @@
+/*
+ * The fit arithmetic: every rung of the quantization ladder planned with the
+ * loader's own planner (see engine/fit.h).
+ *
+ * A rung is planned by re-typing the model's tensor table with the rung's
+ * mix (quant/quantize_mix.h) and running pl_model_plan_gguf on it: nothing
+ * is quantized, no weight is read. For the Qwen3 presets the tensor table
+ * itself is synthesized: a GGUF header with the release shapes is built in
+ * an anonymous mapping as large as the file would be; its data pages are
+ * never touched, so they cost no memory.
+ */
+#include "engine/fit.h"
+#include "engine/model.h"
+#include "core/status.h"
+#include "gguf/gguf.h"
+#include "quant/quantize_mix.h"
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/mman.h>
+
+static const char *const k_ladder[] = {"Q8_0", "Q6_K", "Q4_K_M", "Q2_K", "IQ2_XS", "IQ2_XXS",
+                                       "IQ1_M", "IQ1_S", "TQ2_0", "TQ1_0"};
+
+const char *const *pl_fit_ladder(int *n) {
+    *n = (int)(sizeof k_ladder / sizeof k_ladder[0]);
+    return k_ladder;
+}
+
+/* Precision rank of a file type: its position in pl_ftypes (highest first). */
+static int ftype_rank(int ftype) {
+    int n;
+    const pl_ftype_info *ft = pl_ftypes(&n);
+    for (int i = 0; i < n; i++)
+        if (ft[i].ftype == ftype) return i;
+    return -1;
+}
+
+/* The file's type: general.file_type if known, else the most common type of
+ * its 2-D tensors. */
+static int source_ftype(const pl_gguf *g) {
+    uint32_t v;
+    if (pl_gguf_get_u32(g, "general.file_type", &v) == PL_OK && pl_ftype_by_id((int)v)) return (int)v;
+    int count[PL_DTYPE_COUNT] = {0};
+    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
+        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
+        if (t->n_dims >= 2 && t->dtype < PL_DTYPE_COUNT) count[t->dtype]++;
+    }
+    int best = PL_F16;
+    for (int t = 0; t < PL_DTYPE_COUNT; t++)
+        if (count[t] > count[best]) best = t;
+    int n;
+    const pl_ftype_info *ft = pl_ftypes(&n);
+    for (int i = 0; i < n; i++)
+        if ((int)ft[i].base == best) return ft[i].ftype;
+    return -1;
+}
+
+typedef struct retype_map {
+    const pl_gguf_tensor **src;
+    pl_dtype *dt;
+    int64_t n;
+} retype_map;
+
+static pl_dtype retype_lookup(void *user, const pl_gguf_tensor *t) {
+    const retype_map *r = user;
+    for (int64_t i = 0; i < r->n; i++)
+        if (r->src[i] == t) return r->dt[i];
+    return t->dtype;
+}
+
+static void plan_one(pl_gguf *g, const pl_model_params *mp, retype_map *map, uint64_t n_params, pl_fit_rung *r) {
+    pl_error_clear();
+    r->status = pl_model_plan_gguf(g, mp, map ? retype_lookup : NULL, map, &r->plan);
+    if (r->status != PL_OK) snprintf(r->error, sizeof r->error, "%s", pl_last_error());
+    r->n_params = n_params;
+    r->bpw = n_params ? (double)r->plan.weights * 8.0 / (double)n_params : 0;
+}
+
+/* Plans the as-is rung and every ladder rung below the file's type. */
+static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params *mp, uint64_t budget,
+                            pl_fit_result *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->model, sizeof out->model, "%s", label);
+    snprintf(out->device, sizeof out->device, "%s", mp->device ? mp->device : "cpu");
+    out->budget = budget;
+    out->chosen = -1;
+    pl_mix_model mm;
+    PL_TRY(pl_mix_model_of(g, &mm));
+    const int64_t n = pl_gguf_n_tensors(g);
+    pl_mix_tensor *mix = calloc((size_t)(n ? n : 1), sizeof *mix);
+    retype_map map = {calloc((size_t)(n ? n : 1), sizeof *map.src), calloc((size_t)(n ? n : 1), sizeof *map.dt), n};
+    if (!mix || !map.src || !map.dt) {
+        free(mix);
+        free(map.src);
+        free(map.dt);
+        return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    }
+    uint64_t n_params = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
+        mix[i] = (pl_mix_tensor){t->name, (int)t->n_dims, {t->ne[0], t->ne[1], t->ne[2], t->ne[3]}, t->dtype, t->dtype, false};
+        n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    qsort(mix, (size_t)n, sizeof *mix, pl_mix_compare);
+
+    const int src = source_ftype(g);
+    const pl_ftype_info *sft = pl_ftype_by_id(src);
+    pl_fit_rung *r = &out->rungs[out->n_rungs++];
+    snprintf(r->name, sizeof r->name, "%s", sft ? sft->name : "as-is");
+    r->ftype = src;
+    r->as_is = true;
+    plan_one(g, mp, NULL, n_params, r);
+
+    const int src_rank = ftype_rank(src);
+    for (size_t k = 0; k < sizeof k_ladder / sizeof k_ladder[0]; k++) {
+        const pl_ftype_info *ft = pl_ftype_find(k_ladder[k]);
+        if (src_rank >= 0 && ftype_rank(ft->ftype) <= src_rank) continue;
+        pl_mix_plan(ft, &mm, false, mix, n);
+        for (int64_t i = 0; i < n; i++) {
+            map.src[i] = pl_gguf_find_tensor(g, mix[i].name);
+            map.dt[i] = mix[i].target;
+        }
+        r = &out->rungs[out->n_rungs++];
+        snprintf(r->name, sizeof r->name, "%s", ft->name);
+        r->ftype = ft->ftype;
+        r->needs_imatrix = ft->needs_imatrix;
+        plan_one(g, mp, &map, n_params, r);
+    }
+    for (int i = 0; i < out->n_rungs; i++) {
+        r = &out->rungs[i];
+        r->fits = r->status == PL_OK && r->plan.total <= budget;
+        if (r->fits && out->chosen < 0) out->chosen = i;
+    }
+    free(mix);
+    free(map.src);
+    free(map.dt);
+    return PL_OK;
+}
+
+static pl_model_params model_params_of(const pl_fit_params *p) {
+    pl_model_params mp = pl_model_default_params();
+    if (p->device) mp.device = p->device;
+    mp.n_ctx = p->n_ctx;
+    mp.n_threads = p->n_threads;
+    return mp;
+}
+
+static pl_status budget_of(const pl_fit_params *p, uint64_t *budget, bool *from_device) {
+    *from_device = false;
+    if (p->budget) {
+        *budget = p->budget;
+        return PL_OK;
+    }
+    *from_device = true;
+    return pl_device_free_memory(p->device, budget);
+}
+
+static const char *base_name(const char *path) {
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
+}
+
+/* The context length the planner will use (for the report). */
+static int ctx_of(const pl_gguf *g, int n_ctx) {
+    if (n_ctx > 0) return n_ctx;
+    pl_gguf_str arch;
+    int64_t v = 4096;
+    if (pl_gguf_get_str(g, "general.architecture", &arch) == PL_OK && arch.len < 100) {
+        char key[160];
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        if (pl_gguf_get_i64(g, key, &v) != PL_OK) v = 4096;
+    }
+    return (int)(v < 4096 && v > 0 ? v : 4096);
+}
+
+pl_status pl_fit_file(const char *path, const pl_fit_params *p, pl_fit_result *out) {
+    uint64_t budget;
+    bool from_device;
+    PL_TRY(budget_of(p, &budget, &from_device));
+    pl_gguf *g = NULL;
+    PL_TRY(pl_gguf_open(path, &g));
+    const pl_model_params mp = model_params_of(p);
+    pl_status st = plan_rungs(g, base_name(path), &mp, budget, out);
+    out->budget_is_free_memory = from_device;
+    out->n_ctx = ctx_of(g, p->n_ctx);
+    pl_gguf_close(g);
+    return st;
+}
+
+/* ---- presets: a synthesized tensor table ----------------------------------------*/
+
+typedef struct qwen3_shape {
+    const char *name;
+    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    bool tied;
+} qwen3_shape;
+
+/* The Qwen3 release configurations (as in tools/pocketllm/cmd_synth.c). */
+static const qwen3_shape k_presets[] = {
+    {"0.6b", 1024, 28, 16, 8, 128, 3072, true},
+    {"1.7b", 2048, 28, 16, 8, 128, 6144, true},
+    {"4b", 2560, 36, 32, 8, 128, 9728, true},
+    {"8b", 4096, 36, 32, 8, 128, 12288, false},
+};
+
+typedef struct hbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+} hbuf;
+
+static void put(hbuf *b, const void *d, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n) cap *= 2;
+        uint8_t *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void put_u32(hbuf *b, uint32_t v) { put(b, &v, 4); }   /* GGUF is little-endian, as are our hosts */
+static void put_u64(hbuf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(hbuf *b, const char *s) {
+    put_u64(b, strlen(s));
+    put(b, s, strlen(s));
+}
+static void kv_u32(hbuf *b, const char *k, uint32_t v) {
+    put_str(b, k);
+    put_u32(b, PL_GGUF_UINT32);
+    put_u32(b, v);
+}
+static void kv_f32(hbuf *b, const char *k, float v) {
+    put_str(b, k);
+    put_u32(b, PL_GGUF_FLOAT32);
+    put(b, &v, 4);
+}
+
+typedef struct syn_tensor {
+    char name[64];
+    int n_dims;
+    int64_t ne[2];
+    pl_dtype dt;
+} syn_tensor;
+
+pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out) {
+    const qwen3_shape *s = NULL;
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
+        if (!strcasecmp(preset, k_presets[i].name)) s = &k_presets[i];
+    if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (0.6b, 1.7b, 4b, 8b)", preset);
+    if (!vocab_path) return pl_errorf(PL_ERR_INVALID_ARG, "a preset needs --vocab VOCAB.gguf (the tokenizer)");
+    uint64_t budget;
+    bool from_device;
+    PL_TRY(budget_of(p, &budget, &from_device));
+    pl_gguf *vg = NULL;
+    PL_TRY(pl_gguf_open(vocab_path, &vg));
+    pl_gguf_type et;
+    uint64_t n_vocab = 0;
+    const void *ad;
+    if (pl_gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab, &ad) != PL_OK || n_vocab == 0) {
+        pl_gguf_close(vg);
+        return pl_errorf(PL_ERR_FORMAT, "%s has no tokenizer.ggml.tokens", vocab_path);
+    }
+
+    /* Tensor table in the converter's order (as pocketllm synth writes it),
+     * matrices in bf16 as released, norms in f32. */
+    const int64_t E = s->n_embd, H = s->n_head, G = s->n_head_kv, D = s->head_dim, F = s->n_ff, V = (int64_t)n_vocab;
+    const size_t cap = (size_t)s->n_layer * 11 + 3;
+    syn_tensor *ts = calloc(cap, sizeof *ts);
+    if (!ts) {
+        pl_gguf_close(vg);
+        return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    }
+    size_t nt = 0;
+#define T(dt_, nd, a, b, ...)                                                        \
+    do {                                                                             \
+        syn_tensor *t_ = &ts[nt++];                                                  \
+        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                            \
+        t_->dt = (dt_); t_->n_dims = (nd); t_->ne[0] = (a); t_->ne[1] = (b);         \
+    } while (0)
+    T(PL_BF16, 2, E, V, "token_embd.weight");
+    for (int l = 0; l < (int)s->n_layer; l++) {
+        T(PL_F32, 1, E, 1, "blk.%d.attn_norm.weight", l);
+        T(PL_BF16, 2, E, H * D, "blk.%d.attn_q.weight", l);
+        T(PL_BF16, 2, E, G * D, "blk.%d.attn_k.weight", l);
+        T(PL_BF16, 2, E, G * D, "blk.%d.attn_v.weight", l);
+        T(PL_BF16, 2, H * D, E, "blk.%d.attn_output.weight", l);
+        T(PL_F32, 1, D, 1, "blk.%d.attn_q_norm.weight", l);
+        T(PL_F32, 1, D, 1, "blk.%d.attn_k_norm.weight", l);
+        T(PL_F32, 1, E, 1, "blk.%d.ffn_norm.weight", l);
+        T(PL_BF16, 2, E, F, "blk.%d.ffn_gate.weight", l);
+        T(PL_BF16, 2, E, F, "blk.%d.ffn_up.weight", l);
+        T(PL_BF16, 2, F, E, "blk.%d.ffn_down.weight", l);
+    }
+    T(PL_F32, 1, E, 1, "output_norm.weight");
+    if (!s->tied) T(PL_BF16, 2, E, V, "output.weight");
+#undef T
+
+    hbuf h = {0};
+    const uint32_t align = 32;
+    int64_t n_kv = 0;
+    hbuf kv = {0};
+    char label[64];
+    snprintf(label, sizeof label, "qwen3-%s (preset)", s->name);
+    put_str(&kv, "general.architecture");
+    put_u32(&kv, PL_GGUF_STRING);
+    put_str(&kv, "qwen3");
+    n_kv++;
+    kv_u32(&kv, "general.file_type", PL_FTYPE_BF16), n_kv++;
+    kv_u32(&kv, "qwen3.context_length", 40960), n_kv++;
+    kv_u32(&kv, "qwen3.embedding_length", (uint32_t)E), n_kv++;
+    kv_u32(&kv, "qwen3.block_count", (uint32_t)s->n_layer), n_kv++;
+    kv_u32(&kv, "qwen3.feed_forward_length", (uint32_t)F), n_kv++;
+    kv_u32(&kv, "qwen3.attention.head_count", (uint32_t)H), n_kv++;
+    kv_u32(&kv, "qwen3.attention.head_count_kv", (uint32_t)G), n_kv++;
+    kv_u32(&kv, "qwen3.attention.key_length", (uint32_t)D), n_kv++;
+    kv_u32(&kv, "qwen3.attention.value_length", (uint32_t)D), n_kv++;
+    kv_f32(&kv, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f), n_kv++;
+    kv_f32(&kv, "qwen3.rope.freq_base", 1000000.0f), n_kv++;
+    for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
+        pl_gguf_str k = pl_gguf_kv_key(vg, i);
+        const void *raw;
+        uint64_t raw_n;
+        if (k.len < 10 || memcmp(k.ptr, "tokenizer.", 10) || pl_gguf_kv_raw(vg, i, &raw, &raw_n) != PL_OK) continue;
+        put_u64(&kv, k.len);
+        put(&kv, k.ptr, k.len);
+        put_u32(&kv, pl_gguf_kv_type(vg, i));
+        put(&kv, raw, raw_n);
+        n_kv++;
+    }
+    put_u32(&h, 0x46554747u); /* "GGUF" */
+    put_u32(&h, 3);
+    put_u64(&h, nt);
+    put_u64(&h, (uint64_t)n_kv);
+    if (!kv.oom) put(&h, kv.p, kv.n);
+    uint64_t off = 0;
+    for (size_t i = 0; i < nt; i++) {
+        put_str(&h, ts[i].name);
+        put_u32(&h, (uint32_t)ts[i].n_dims);
+        for (int d = 0; d < ts[i].n_dims; d++) put_u64(&h, (uint64_t)ts[i].ne[d]);
+        put_u32(&h, (uint32_t)ts[i].dt);
+        put_u64(&h, off);
+        off += (pl_dtype_row_size(ts[i].dt, ts[i].ne[0]) * (uint64_t)ts[i].ne[1] + align - 1) / align * align;
+    }
+    pl_status st = PL_OK;
+    const size_t head = (h.n + align - 1) / align * align;
+    const size_t total = head + off;
+    void *map = MAP_FAILED;
+    if (h.oom || kv.oom) st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    else {
+        /* Only the header pages are ever written or read. */
+        map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (map == MAP_FAILED) st = pl_errorf(PL_ERR_NO_MEMORY, "cannot reserve %.1f GiB of address space for the preset's tensor table", total / 1073741824.0);
+    }
+    pl_gguf *g = NULL;
+    if (st == PL_OK) {
+        memcpy(map, h.p, h.n);
+        st = pl_gguf_open_memory(map, total, label, &g);
+    }
+    if (st == PL_OK) {
+        const pl_model_params mp = model_params_of(p);
+        st = plan_rungs(g, label, &mp, budget, out);
+        out->budget_is_free_memory = from_device;
+        out->n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
+    }
+    pl_gguf_close(g);
+    if (map != MAP_FAILED) munmap(map, total);
+    free(h.p);
+    free(kv.p);
+    free(ts);
+    pl_gguf_close(vg);
+    return st;
+}
+
+/* ---- device memory, byte counts, advice --------------------------------------------*/
+
+pl_status pl_device_free_memory(const char *device, uint64_t *out) {
+    const char *d = device && *device ? device : "cpu";
+    if (strcmp(d, "cpu") && strcmp(d, "ref"))
+        return pl_errorf(PL_ERR_UNSUPPORTED, "the free memory of device '%s' is unknown: give a budget (--memory BYTES)", d);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return pl_errorf(PL_ERR_IO, "cannot read /proc/meminfo: give a budget (--memory BYTES)");
+    char line[256];
+    unsigned long long kb = 0;
+    bool found = false;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+            found = true;
+            break;
+        }
+    fclose(f);
+    if (!found) return pl_errorf(PL_ERR_IO, "/proc/meminfo has no MemAvailable: give a budget (--memory BYTES)");
+    *out = (uint64_t)kb * 1024;
+    return PL_OK;
+}
+
+bool pl_parse_bytes(const char *s, uint64_t *out) {
+    if (!s || !*s) return false;
+    errno = 0;
+    char *end;
+    const double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0) || !isfinite(v)) return false;
+    double mul = 1;
+    char u[8] = {0};
+    size_t k = 0;
+    for (; *end && k < sizeof u - 1; end++) u[k++] = (char)toupper((unsigned char)*end);
+    if (*end) return false;
+    if (!k || !strcmp(u, "B")) mul = 1;
+    else {
+        const char *units = "KMGT";
+        const char *pu = strchr(units, u[0]);
+        if (!pu || !u[0]) return false;
+        const int e = (int)(pu - units) + 1;
+        const char *rest = u + 1;
+        if (!*rest || !strcmp(rest, "IB")) mul = pow(1024.0, e);
+        else if (!strcmp(rest, "B")) mul = pow(1000.0, e);
+        else return false;
+    }
+    const double bytes = v * mul;
+    if (bytes >= 1.8e19) return false;
+    *out = (uint64_t)llround(bytes);
+    return true;
+}
+
+void pl_fit_advice(const char *model_path, const pl_model_params *mp, char *buf, size_t cap) {
+    if (!cap) return;
+    buf[0] = 0;
+    pl_fit_params fp = {mp->device, mp->n_ctx, mp->n_threads, mp->memory_budget};
+    pl_fit_result *r = calloc(1, sizeof *r);
+    if (!r) return;
+    /* keep the caller's error message: pl_last_error names the original failure */
+    if (pl_fit_file(model_path, &fp, r) != PL_OK || r->rungs[0].status != PL_OK) {
+        free(r);
+        return;
+    }
+    const double mib = 1048576.0;
+    const pl_fit_rung *src = &r->rungs[0];
+    int n = snprintf(buf, cap, "%s (%s) needs %.1f MiB on device '%s' with a %d-token context; the budget is %.1f MiB.",
+                     r->model, src->name, src->plan.total / mib, r->device, r->n_ctx, r->budget / mib);
+    if (n < 0 || (size_t)n >= cap) goto done;
+    if (r->chosen < 0) {
+        snprintf(buf + n, cap - (size_t)n,
+                 " No rung of the quantization ladder fits (the smallest, %s, needs %.1f MiB): use a device with more "
+                 "memory or a shorter context (--ctx).",
+                 r->rungs[r->n_rungs - 1].name, r->rungs[r->n_rungs - 1].plan.total / mib);
+    } else if (r->chosen == 0) {
+        snprintf(buf + n, cap - (size_t)n, " It should fit as is (see 'pocketllm fit').");
+    } else {
+        const pl_fit_rung *c = &r->rungs[r->chosen];
+        char out_name[256];
+        snprintf(out_name, sizeof out_name, "%s", model_path);
+        char *dot = strrchr(out_name, '.');
+        if (dot && !strcmp(dot, ".gguf")) *dot = 0;
+        if (c->needs_imatrix)
+            snprintf(buf + n, cap - (size_t)n,
+                     " 'pocketllm fit' picks %s (%.1f MiB, %.2f bits per weight). Make it with:\n"
+                     "  pocketllm imatrix --model %s --file CALIBRATION.txt -o imatrix.gguf\n"
+                     "  pocketllm quantize %s %s-%s.gguf %s --imatrix imatrix.gguf",
+                     c->name, c->plan.total / mib, c->bpw, model_path, model_path, out_name, c->name, c->name);
+        else
+            snprintf(buf + n, cap - (size_t)n,
+                     " 'pocketllm fit' picks %s (%.1f MiB, %.2f bits per weight). Make it with:\n"
+                     "  pocketllm quantize %s %s-%s.gguf %s",
+                     c->name, c->plan.total / mib, c->bpw, model_path, out_name, c->name, c->name);
+    }
+done:
+    free(r);
+}
+
+pl_status pl_fit_parse_budget(const char *s, const char *device, uint64_t *out) {
+    if (s && !strcmp(s, "auto")) return pl_device_free_memory(device, out);
+    if (!pl_parse_bytes(s, out) || *out == 0)
+        return pl_errorf(PL_ERR_INVALID_ARG, "'%s' is not a byte count (e.g. 4G, 4GiB, 4GB, 4294967296) or 'auto'",
+                         s ? s : "");
+    return PL_OK;
+}
