@@ -160,7 +160,7 @@ static int split_feed(pl_srv_text *t, const char *s, size_t n, bool final) {
                 continue;
             }
             /* Still could be the start of "<think>": wait for more. */
-            if (!final && (rem == 0 || !memcmp(b->p + i, THINK_OPEN, rem))) return 0;
+            if (!final && rem < olen && (rem == 0 || !memcmp(b->p + i, THINK_OPEN, rem))) return 0;
             t->rstate = PL_SRV_R_CONTENT;
             t->skip_nl = false;
             continue;
