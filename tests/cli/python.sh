@@ -18,6 +18,12 @@ if [ ! -f "$lib" ]; then
   echo "python: FAIL: no shared library at $lib (build the 'pocketllm' target)"
   exit 1
 fi
+# An ASan-instrumented library can only be loaded into Python with the ASan
+# runtime preloaded (and Python's own allocations are not ours to leak-check).
+asan_rt=$(ldd "$lib" 2>/dev/null | awk '/libasan/ {print $3}')
+if [ -n "$asan_rt" ]; then
+  export LD_PRELOAD="$asan_rt${LD_PRELOAD:+:$LD_PRELOAD}" ASAN_OPTIONS="detect_leaks=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+fi
 export POCKETLLM_LIB=$lib POCKETLLM_BIN=$BIN POCKETLLM_FIXTURES=$FIX
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
 cd "$root/python" || exit 1

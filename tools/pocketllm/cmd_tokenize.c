@@ -69,8 +69,10 @@ static int cmd_detokenize(int argc, char **argv) {
     for (char *tok = strtok_r(copy, ", ", &save); tok; tok = strtok_r(NULL, ", ", &save)) {
         long long v;
         if (!pl_cli_parse_int(tok, 0, INT32_MAX, &v) || n >= cap) {
-            free(copy); free(ids);
-            return pl_cli_error("detokenize: bad token id '%s'", tok);
+            int rc = pl_cli_error("detokenize: bad token id '%s'", tok);
+            free(copy);
+            free(ids);
+            return rc;
         }
         ids[n++] = (int32_t)v;
     }
