@@ -153,9 +153,16 @@ static int cmd_bench(int argc, char **argv) {
         printf("| model | size | params | backend | threads | test | t/s | GB/s or GFLOP/s |\n");
         printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
         for (int i = 0; i < n_res; i++)
-            printf("| %s | %.2f GiB | %.2f B | %s | %d | %s | %.2f ± %.2f | %.1f %s |\n", name, wbytes / 1073741824.0,
-                   params / 1e9, pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
-                   res[i].rate, res[i].is_pp ? "GFLOP/s" : "GB/s");
+        {
+            char size[32], np[32];
+            if (wbytes >= 1073741824.0) snprintf(size, sizeof size, "%.2f GiB", wbytes / 1073741824.0);
+            else snprintf(size, sizeof size, "%.2f MiB", wbytes / 1048576.0);
+            if (params >= 1e9) snprintf(np, sizeof np, "%.2f B", params / 1e9);
+            else snprintf(np, sizeof np, "%.2f M", params / 1e6);
+            printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.1f %s |\n", name, size, np, pl_model_device(m),
+                   pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std, res[i].rate,
+                   res[i].is_pp ? "GFLOP/s" : "GB/s");
+        }
     }
     free(logits);
     free(toks);
