@@ -1,0 +1,33 @@
+# ctest cuda_module_exports: libpocketllm-cuda.so exports exactly its entry
+# point and needs no CUDA shared library (the runtime is linked in statically;
+# the driver is opened by it at first use).
+#   cmake -DMODULE=... -DNM=nm -DOBJDUMP=objdump -P check_cuda_module.cmake
+if(NOT EXISTS "${MODULE}")
+  message(FATAL_ERROR "module not built: ${MODULE}")
+endif()
+execute_process(COMMAND ${NM} -D --defined-only "${MODULE}" OUTPUT_VARIABLE syms RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${NM} failed on ${MODULE}")
+endif()
+string(REPLACE "\n" ";" lines "${syms}")
+set(exported "")
+foreach(l IN LISTS lines)
+  # "<addr> <type> <name>"; version nodes (type A) are not symbols of ours
+  if(l MATCHES "^[0-9a-fA-F]+ ([TtDdBbRrWwVVi]) ([^ ]+)$")
+    list(APPEND exported "${CMAKE_MATCH_2}")
+  endif()
+endforeach()
+if(NOT exported STREQUAL "pl_cuda_module_init")
+  message(FATAL_ERROR "expected the module to export only pl_cuda_module_init, got: ${exported}")
+endif()
+execute_process(COMMAND ${OBJDUMP} -p "${MODULE}" OUTPUT_VARIABLE hdr RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "${OBJDUMP} failed on ${MODULE}")
+endif()
+string(REGEX MATCHALL "NEEDED +[^\n]+" needed "${hdr}")
+foreach(n IN LISTS needed)
+  if(n MATCHES "libcuda|libcudart|libcublas|libnvidia")
+    message(FATAL_ERROR "the module links a CUDA library dynamically: ${n}")
+  endif()
+endforeach()
+message(STATUS "ok: exports pl_cuda_module_init only; ${needed}")
