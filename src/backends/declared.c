@@ -75,17 +75,22 @@ static bool probe_mps(char *detail, size_t cap) {
 }
 
 const pl_backend pl_backend_cuda_declared = {
-    "cuda", "NVIDIA GPUs, sm_75 and newer (CUDA C kernels)", NULL, 0, NULL, NULL,
-    "the CUDA backend's kernels (issue: CUDA backend); needs the NVIDIA driver and CUDA runtime", pl_probe_cuda};
+    .name = "cuda", .summary = "NVIDIA GPUs, sm_75 and newer (CUDA C kernels)",
+    .awaits = "the CUDA backend's kernels (issue: CUDA backend); needs the NVIDIA driver and CUDA runtime",
+    .probe = pl_probe_cuda};
 const pl_backend pl_backend_ascend = {
-    "ascend", "Huawei Ascend 310B NPU", NULL, 0, NULL, NULL,
-    "Huawei CANN (ascend-toolkit, AscendCL) and kernels written against it", probe_ascend};
+    .name = "ascend", .summary = "Huawei Ascend 310B NPU",
+    .awaits = "Huawei CANN (ascend-toolkit, AscendCL) and kernels written against it",
+    .probe = probe_ascend};
 const pl_backend pl_backend_horizon = {
-    "horizon", "Horizon Robotics Nash BPU (precompiled .hbm graphs)", NULL, 0, NULL, NULL,
-    "the Horizon OpenExplorer toolchain (hb_compile to .hbm, libdnn/UCP runtime)", probe_horizon};
+    .name = "horizon", .summary = "Horizon Robotics Nash BPU (precompiled .hbm graphs)",
+    .awaits = "the Horizon OpenExplorer toolchain (hb_compile to .hbm, libdnn/UCP runtime)",
+    .probe = probe_horizon};
 const pl_backend pl_backend_qnn = {
-    "qnn", "Qualcomm Hexagon NPU via QNN (the Android path)", NULL, 0, NULL, NULL,
-    "the Qualcomm AI Engine Direct (QNN) SDK with the HTP backend", probe_qnn};
+    .name = "qnn", .summary = "Qualcomm Hexagon NPU via QNN (the Android path)",
+    .awaits = "the Qualcomm AI Engine Direct (QNN) SDK with the HTP backend",
+    .probe = probe_qnn};
 const pl_backend pl_backend_mps = {
-    "mps", "Apple GPUs via Metal", NULL, 0, NULL, NULL,
-    "a macOS build with the Metal framework and Metal shading-language kernels", probe_mps};
+    .name = "mps", .summary = "Apple GPUs via Metal",
+    .awaits = "a macOS build with the Metal framework and Metal shading-language kernels",
+    .probe = probe_mps};

@@ -50,6 +50,20 @@ typedef struct pl_worker {
     int ith;
 } pl_worker;
 
+/* A job description. Two slots, used by generation parity, so a worker that
+ * lags behind (possible only after an elastic job it did not join) never
+ * reads a slot while the caller rewrites it for the very next job. */
+typedef struct pl_job_slot {
+    _Atomic(pl_task_fn) fn;
+    _Atomic(void *) arg;
+    atomic_bool elastic;
+} pl_job_slot;
+
+/* Elastic jobs (pl_threadpool_run_elastic): entry = (gen & 0xffff) << 16 |
+ * PL_ENTRY_CLOSED | number of workers that joined. */
+#define PL_ENTRY_CLOSED 0x8000u
+#define PL_ENTRY_COUNT 0x7fffu
+
 struct pl_threadpool {
     int n_threads;
     pthread_t *threads;
@@ -57,14 +71,15 @@ struct pl_threadpool {
     int n_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    /* The current job; written by the caller before gen is bumped. */
-    pl_task_fn fn;
-    void *arg;
+    /* The current job: slot[gen & 1], written by the caller before gen is
+     * bumped. */
+    pl_job_slot slot[2];
     /* Each hot counter on its own cache line: workers poll gen while they
      * write n_done. */
     _Alignas(64) atomic_uint gen;
     _Alignas(64) atomic_int n_done;
     _Alignas(64) atomic_int n_sleeping;
+    _Alignas(64) atomic_uint entry;
     atomic_bool stop;
 };
 
@@ -104,9 +119,31 @@ static void *pl_worker_main(void *vw) {
     struct pl_threadpool *p = w->pool;
     unsigned seen = 0;
     for (;;) {
-        seen = pl_worker_wait(p, seen);
+        const unsigned g = pl_worker_wait(p, seen);
+        seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
-        p->fn(p->arg, w->ith, p->n_threads);
+        const pl_job_slot *js = &p->slot[g & 1];
+        const pl_task_fn fn = atomic_load_explicit(&js->fn, memory_order_relaxed);
+        void *const arg = atomic_load_explicit(&js->arg, memory_order_relaxed);
+        const bool elastic = atomic_load_explicit(&js->elastic, memory_order_relaxed);
+        /* A newer job already? (We lagged behind an elastic job we did not
+         * join.) Then the slot may be mid-rewrite: go and take the new one. */
+        if (atomic_load_explicit(&p->gen, memory_order_acquire) != g) continue;
+        if (elastic) {
+            /* join only while the job is open: a closed job (or a newer one)
+             * is none of our business, and its caller is not waiting for us */
+            unsigned e = atomic_load_explicit(&p->entry, memory_order_acquire);
+            bool joined = false;
+            while ((e >> 16) == (g & 0xffffu) && !(e & PL_ENTRY_CLOSED)) {
+                if (atomic_compare_exchange_weak_explicit(&p->entry, &e, e + 1, memory_order_acq_rel,
+                                                          memory_order_acquire)) {
+                    joined = true;
+                    break;
+                }
+            }
+            if (!joined) continue;
+        }
+        fn(arg, w->ith, p->n_threads);
         atomic_fetch_add_explicit(&p->n_done, 1, memory_order_release);
     }
     return NULL;
@@ -149,7 +186,13 @@ pl_status pl_threadpool_create(int n_threads, pl_threadpool **out) {
     atomic_init(&p->gen, 0);
     atomic_init(&p->n_done, 0);
     atomic_init(&p->n_sleeping, 0);
+    atomic_init(&p->entry, 0);
     atomic_init(&p->stop, false);
+    for (int i = 0; i < 2; i++) {
+        atomic_init(&p->slot[i].fn, NULL);
+        atomic_init(&p->slot[i].arg, NULL);
+        atomic_init(&p->slot[i].elastic, false);
+    }
     if (pthread_mutex_init(&p->mu, NULL) != 0) { free(p); return pl_errorf(PL_ERR_INTERNAL, "threadpool: mutex init failed"); }
     if (pthread_cond_init(&p->cv, NULL) != 0) {
         pthread_mutex_destroy(&p->mu);
@@ -191,20 +234,11 @@ void pl_threadpool_free(pl_threadpool *p) {
 
 int pl_threadpool_size(const pl_threadpool *p) { return p ? p->n_threads : 1; }
 
-void pl_threadpool_run(pl_threadpool *p, pl_task_fn fn, void *arg) {
-    if (!p || p->n_threads == 1) {
-        fn(arg, 0, 1);
-        return;
-    }
-    const int n_workers = p->n_threads - 1;
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
-    pl_pool_signal(p);   /* seq_cst bump: also publishes fn, arg, n_done */
-    fn(arg, 0, p->n_threads);
+/* Waits (spin, then yield) until n_done reaches want. */
+static void pl_pool_join(struct pl_threadpool *p, int want) {
     long long t0 = 0;
     bool yielding = false;
-    for (unsigned it = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != n_workers; it++) {
+    for (unsigned it = 0; atomic_load_explicit(&p->n_done, memory_order_acquire) != want; it++) {
         if (yielding) { sched_yield(); continue; }
         PL_CPU_RELAX();
         if ((it & 63) == 63) {
@@ -213,6 +247,39 @@ void pl_threadpool_run(pl_threadpool *p, pl_task_fn fn, void *arg) {
             else if (now - t0 >= PL_SPIN_PURE_NS) yielding = true;
         }
     }
+}
+
+static void pl_pool_publish(struct pl_threadpool *p, pl_task_fn fn, void *arg, bool elastic) {
+    const unsigned next = atomic_load_explicit(&p->gen, memory_order_relaxed) + 1;
+    pl_job_slot *js = &p->slot[next & 1];
+    atomic_store_explicit(&js->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&js->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&js->elastic, elastic, memory_order_relaxed);
+    atomic_store_explicit(&p->entry, (next & 0xffffu) << 16, memory_order_relaxed);
+    atomic_store_explicit(&p->n_done, 0, memory_order_relaxed);
+    pl_pool_signal(p);   /* seq_cst bump to `next`: also publishes the slot, entry, n_done */
+}
+
+void pl_threadpool_run(pl_threadpool *p, pl_task_fn fn, void *arg) {
+    if (!p || p->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pl_pool_publish(p, fn, arg, false);
+    fn(arg, 0, p->n_threads);
+    pl_pool_join(p, p->n_threads - 1);
+}
+
+void pl_threadpool_run_elastic(pl_threadpool *p, pl_task_fn fn, void *arg) {
+    if (!p || p->n_threads == 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    pl_pool_publish(p, fn, arg, true);
+    fn(arg, 0, p->n_threads);
+    /* All work is claimed: close the job and wait only for those who joined. */
+    const unsigned joined = atomic_fetch_or_explicit(&p->entry, PL_ENTRY_CLOSED, memory_order_acq_rel) & PL_ENTRY_COUNT;
+    pl_pool_join(p, (int)joined);
 }
 
 int pl_cpu_count(void) {

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 PL_API pl_model_params pl_model_default_params(void) {
     pl_model_params p = {0};
@@ -134,6 +136,46 @@ pl_status pl_model_build_graph(pl_model *m, pl_graph *g, int n, int n_out, pl_te
     return PL_OK;
 }
 
+/* The distinct model weights that matmul nodes of the planned graph read and
+ * that the backend wants to keep a prepared copy of (weight_prepare_size >
+ * 0). Returns how many were written to out (room for m->n_weights). */
+static int prepared_weights(pl_model *m, const pl_tensor **out, uint64_t *orig_bytes, uint64_t *copy_bytes) {
+    int n = 0;
+    *orig_bytes = *copy_bytes = 0;
+    if (!m->backend->weight_prepare_size || !m->backend->weight_prepare) return 0;
+    for (int i = 0; i < m->planned.n_nodes; i++) {
+        const pl_node *nd = &m->planned.nodes[i];
+        if (nd->op != PL_OP_MATMUL || !nd->src[0] || nd->src[0]->buffer != PL_BUF_WEIGHTS) continue;
+        const pl_tensor *w = NULL;
+        for (int64_t k = 0; k < m->n_weights && !w; k++)
+            if (m->weights[k].data == nd->src[0]->data && m->weights[k].dtype == nd->src[0]->dtype) w = &m->weights[k];
+        bool seen = !w;
+        for (int k = 0; k < n && !seen; k++) seen = out[k] == w;
+        if (seen) continue;
+        size_t sz = m->backend->weight_prepare_size(m->ctx, w);
+        if (!sz) continue;
+        out[n++] = w;
+        *orig_bytes += pl_tensor_nbytes(w);
+        *copy_bytes += sz;
+    }
+    return n;
+}
+
+/* After the backend copied part of an original: those pages leave this
+ * process's memory. The mapping is the file's, private and never written,
+ * so this only unmaps page-cache pages; a later read (get_rows on tied
+ * embeddings) faults the few pages it needs back in. */
+static void release_original(void *user, const void *p, size_t bytes) {
+    (void)user;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + pg - 1) & ~(pg - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~(pg - 1);
+    if (hi <= lo) return;
+    madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    /* later reads (a row per token) fault in their own page, not a window */
+    madvise((void *)lo, hi - lo, MADV_RANDOM);
+}
+
 static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_only) {
     const pl_hparams *hp = &m->hp;
     const int64_t kv_dim = hp->n_head_kv * hp->head_dim;
@@ -169,16 +211,28 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
     PL_TRY(pl_graph_work_size(&m->planned, m->backend, m->ctx->n_threads, &work));
     size_t inputs = 4 * (size_t)m->n_batch * sizeof(int32_t);
 
-    m->plan.weights = m->weight_bytes;
+    /* Backend copies of matmul weights replace the originals in memory. */
+    const pl_tensor **prep = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *prep);
+    if (!prep) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    uint64_t prep_orig = 0, prep_copy = 0;
+    const int n_prep = prepared_weights(m, prep, &prep_orig, &prep_copy);
+
+    m->plan.weights = m->weight_bytes - prep_orig + prep_copy;
     m->plan.kv_cache = kv_total;
     m->plan.scratch = scratch + work + inputs;
     m->plan.total = m->plan.weights + m->plan.kv_cache + m->plan.scratch;
-    if (p->memory_budget && m->plan.total > p->memory_budget)
+    if (p->memory_budget && m->plan.total > p->memory_budget) {
+        free(prep);
         return pl_errorf(PL_ERR_DOES_NOT_FIT,
                          "%s needs %.1f MiB on device '%s' (weights %.1f, KV cache %.1f, scratch %.1f) "
                          "but the budget is %.1f MiB",
                          m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
                          m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, p->memory_budget / 1048576.0);
+    }
+    pl_status prep_st = PL_OK;
+    if (!plan_only && n_prep > 0) prep_st = m->backend->weight_prepare(m->ctx, prep, n_prep, release_original, NULL);
+    free(prep);
+    PL_TRY(prep_st);
     if (plan_only) return PL_OK;
 
     /* Allocate. Untouched pages of the cache cost nothing until used. */

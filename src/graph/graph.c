@@ -303,6 +303,7 @@ pl_status pl_graph_apply_plan(pl_graph *g, const pl_graph *planned, void *scratc
 
 pl_status pl_graph_execute(const pl_graph *g, pl_exec_ctx *ctx) {
     const pl_backend *b = ctx->backend;
+    if (b->graph_execute && !ctx->on_node) return b->graph_execute(ctx, g);
     for (int i = 0; i < g->n_nodes; i++) {
         const pl_node *nd = &g->nodes[i];
         const pl_kernel *k = pl_backend_lookup(b, nd->op, pl_node_key_dtype(nd));

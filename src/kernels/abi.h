@@ -129,6 +129,7 @@ pl_status pl_node_validate(const pl_node *node);
 /* ---- backends and dispatch ------------------------------------------------*/
 
 struct pl_threadpool;
+struct pl_graph;
 
 /* What a kernel runs with. One per loaded model. */
 typedef struct pl_exec_ctx {
@@ -169,6 +170,30 @@ typedef struct pl_backend {
      * driver. NULL = always available (host memory). */
     const char *awaits;
     bool (*probe)(char *detail, size_t cap);
+    /* Optional load-time weight preparation (both NULL = none). A backend may
+     * keep its own copy of a matmul weight in a layout its kernels prefer
+     * (rows interleaved for SIMD, unpacked scales). weight_prepare_size: the
+     * bytes the copy of w would take on this machine (0 = w is used as it
+     * is). weight_prepare: makes the copies of ws[0..n) (the matmul weights
+     * of a model, each with prepare_size > 0), owned by ctx and freed by
+     * ctx_free. It calls copied(user, p, bytes) (if not NULL; possibly from
+     * its worker threads, concurrently) as soon as the bytes [p, p + bytes)
+     * of an original have been copied, so the caller can drop those pages
+     * while the rest is still being copied (peak memory: the copies plus a
+     * slice of the originals, not both sets). Kernels
+     * find a copy by the tensor's data pointer; the tensors themselves are
+     * unchanged and stay valid, so other ops (get_rows on tied embeddings)
+     * keep reading them. Called by the model loader after the memory plan,
+     * before the first forward pass. */
+    size_t (*weight_prepare_size)(const pl_exec_ctx *ctx, const pl_tensor *w);
+    pl_status (*weight_prepare)(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
+                                void (*copied)(void *user, const void *p, size_t bytes), void *user);
+    /* Optional: runs every node of g in order in place of the executor's
+     * per-node loop (NULL = use the loop), so a backend can fuse adjacent
+     * nodes and save synchronizations. Only used when no per-node observer is
+     * set (ctx->on_node == NULL). It must give the results the per-node loop
+     * gives for every tensor that a later node reads or the graph keeps. */
+    pl_status (*graph_execute)(pl_exec_ctx *ctx, const struct pl_graph *g);
 } pl_backend;
 
 /* All compiled-in backends, in preference order (NULL-terminated). */

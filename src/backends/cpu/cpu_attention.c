@@ -216,7 +216,8 @@ static void pl_att_task(void *arg, int ith, int nth) {
     const int64_t rows = j->tb * j->group;
     float *S = (float *)(j->scratch + (size_t)ith * j->per_thread);
     float *O = S + rows * j->n_ctx;
-    for (int64_t id = ith; id < j->n_tasks; id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
+    for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_tasks;
+         id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
         pl_att_task_run(j, id, S, O);
     (void)nth;
 }
@@ -270,8 +271,8 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     pl_cpu_scratch scratch;
     PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
     job.scratch = scratch.ptr;
-    atomic_init(&job.next, use);
-    if (use > 1) pl_threadpool_run(ctx->pool, pl_att_task, &job);
+    atomic_init(&job.next, 0);
+    if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_att_task, &job);
     else pl_att_task(&job, 0, 1);
     pl_cpu_scratch_release(&scratch);
     return PL_OK;

@@ -42,11 +42,13 @@ static pl_status pl_cpu_ctx_create(int n_threads, pl_exec_ctx **out) {
     if (!out) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: out is NULL");
     *out = NULL;
     if (n_threads <= 0) n_threads = pl_cpu_count();
-    pl_exec_ctx *ctx = calloc(1, sizeof *ctx);
-    if (!ctx) return pl_errorf(PL_ERR_NO_MEMORY, "cpu: cannot allocate a context");
+    pl_cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c) return pl_errorf(PL_ERR_NO_MEMORY, "cpu: cannot allocate a context");
+    c->magic = PL_CPU_CTX_MAGIC;
+    pl_exec_ctx *ctx = &c->base;
     pl_status st = pl_threadpool_create(n_threads, &ctx->pool);
     if (st != PL_OK) {
-        free(ctx);
+        free(c);
         return pl_error_prefix(st, "cpu");
     }
     ctx->backend = &pl_backend_cpu;
@@ -60,6 +62,7 @@ static pl_status pl_cpu_ctx_create(int n_threads, pl_exec_ctx **out) {
 static void pl_cpu_ctx_free(pl_exec_ctx *ctx) {
     if (!ctx) return;
     pl_threadpool_free(ctx->pool);
+    pl_cpu_packed_free((pl_cpu_ctx *)ctx);
     free(ctx);
 }
 
@@ -80,4 +83,7 @@ const pl_backend pl_backend_cpu = {
     .ctx_free = pl_cpu_ctx_free,
     .awaits = NULL,
     .probe = pl_cpu_probe,
+    .weight_prepare_size = pl_cpu_weight_prepare_size,
+    .weight_prepare = pl_cpu_weight_prepare,
+    .graph_execute = pl_cpu_graph_execute,
 };

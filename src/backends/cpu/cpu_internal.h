@@ -80,6 +80,108 @@ void pl_cpu_mm_q4_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
 void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, float *d, size_t ds);
 #endif
 
+/* ---- prepared (repacked) weights -------------------------------------------------
+ *
+ * At load time (pl_backend.weight_prepare) the matmul weights get a copy in
+ * a layout made for the SIMD kernels: panels of consecutive rows interleaved,
+ * so a kernel streams one contiguous block per panel and one vector load
+ * serves every row of the panel. Panel p holds rows PR*p .. PR*p + PR-1, its
+ * blocks for k = 0..K-1 contiguous; panels are contiguous.
+ *
+ * q4_K -> pl_q4kx8 (8 rows per block of 256 k): the 6-bit scales and mins
+ * unpacked to bytes, the nibbles reordered so that vector v of group g (32 k)
+ * holds, at byte 4*r + e, element 4*(2v) + e of row r in its low nibble and
+ * element 4*(2v+1) + e in its high nibble ("chunks" of 4 k per row, the unit
+ * of a dpbusd lane); stored vector-major ([v][g]), the order in which a
+ * decode sweep reads them. Exactly the same numbers as the original blocks.
+ * q6_K -> pl_q6kx8 likewise: low 4 bits as q4_K's nibbles, the high 2 bits of
+ * chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes [group16][row].
+ * f16 -> 16 rows interleaved per k: [panel][k][16] (an outer-product kernel
+ * loads one vector of 16 rows per k and broadcasts the activation). */
+typedef struct pl_q4kx8 {
+    uint16_t d[8], dmin[8];     /* f16, per row */
+    uint8_t sc[8][8];           /* [group][row] */
+    uint8_t m[4][8][2];         /* [group pair][row][group & 1] */
+    uint8_t qs[4][8][32];       /* [vector][group][4*row + e] */
+} pl_q4kx8;
+typedef struct pl_q6kx8 {
+    uint16_t d[8];              /* f16, per row */
+    int8_t sc[16][8];           /* [group16][row] */
+    uint8_t ql[4][8][32];       /* [vector][group][4*row + e], as q4kx8.qs */
+    uint8_t qh[2][8][32];       /* [h][group][4*row + e]: 2 bits per chunk 4h + j */
+} pl_q6kx8;
+#define PL_F16X_ROWS 16
+
+/* Activation format of the prepared k-quant kernels: a q8_K block (bit-exact
+ * with quantize_row_q8_K) plus its sums per 32 (bsum32[g] = bsums[2g] +
+ * bsums[2g+1], q4_K's mins) and -32 * bsums (q6_K's offset), precomputed
+ * once per activation row. */
+typedef struct pl_q8kx {
+    block_q8_K b;
+    int16_t bsum32[8];
+    int32_t nb32[16];
+} pl_q8kx;
+
+typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X8, PL_PACK_Q6K_X8, PL_PACK_F16_X16 } pl_cpu_pack_kind;
+
+typedef struct pl_cpu_packed {
+    const void *orig;           /* the original tensor's data pointer (the lookup key) */
+    const void *data;           /* the copy */
+    pl_cpu_pack_kind kind;
+    int64_t K, N;
+} pl_cpu_packed;
+
+/* The cpu backend's context: pl_exec_ctx first (ctx_create makes these). */
+typedef struct pl_cpu_ctx {
+    pl_exec_ctx base;
+    uint32_t magic;
+    pl_cpu_packed *packed;      /* sorted by orig */
+    int n_packed;
+    void *arena;                /* one mapping for all copies */
+    size_t arena_size;
+} pl_cpu_ctx;
+#define PL_CPU_CTX_MAGIC 0x43505531u
+
+/* The prepared copy of weight w in this context, or NULL. */
+const pl_cpu_packed *pl_cpu_packed_find(const pl_exec_ctx *ctx, const pl_tensor *w);
+/* Row r of a prepared weight decoded to F32, as pl_dequantize_row would. */
+void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out);
+/* The layout the prepared kernels want for a weight on this CPU. */
+pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w);
+size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w);
+pl_status pl_cpu_weight_prepare(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
+                                void (*copied)(void *user, const void *p, size_t bytes), void *user);
+void pl_cpu_packed_free(pl_cpu_ctx *c);
+/* Whether the prepared kernels can run here (AVX-512 F/BW/VL/VNNI + AVX2). */
+bool pl_cpu_has_vnni512(void);
+/* PL_CPU_REPACK=0 turns weight preparation off (for before/after numbers). */
+bool pl_cpu_repack_enabled(void);
+
+/* Matmul with a prepared weight (cpu_packed.c); a group of up to
+ * PL_CPU_MM_GROUP_MAX matmuls reading the same activations (converted once,
+ * one pool job), optionally with swiglu = SWIGLU(dst of nodes[0], dst of
+ * nodes[1]) folded in (n == 2, both of one kind and N). */
+#define PL_CPU_MM_GROUP_MAX 4
+pl_status pl_cpu_matmul_packed(pl_exec_ctx *ctx, const pl_node *node, const pl_cpu_packed *pk);
+pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nodes, const pl_cpu_packed *const *pks,
+                                     int n, const pl_node *swiglu);
+/* pl_backend.graph_execute of the cpu backend (cpu_graph.c). */
+pl_status pl_cpu_graph_execute(pl_exec_ctx *ctx, const struct pl_graph *g);
+size_t pl_cpu_work_matmul_packed(const pl_node *node, pl_cpu_pack_kind kind);
+
+#if PL_CPU_HAVE_AVX2_BUILD
+/* Prepared-layout kernels (cpu_packed_avx2.c, AVX-512 VNNI by target attribute).
+ * A call computes panels [p0, p1) x activation rows [c0, c1):
+ *   dst[c * N + r] for r in the panels' rows. */
+void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K);
+void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                            int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q6kx8_vnni(int64_t K, const pl_q6kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                            int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
 /* ---- op entry points (one per table entry family) ----------------------------*/
 
 pl_status pl_cpu_op_matmul(pl_exec_ctx *ctx, const pl_node *node);

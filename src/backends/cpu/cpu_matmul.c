@@ -337,7 +337,14 @@ size_t pl_cpu_work_matmul(const pl_node *node, int n_threads) {
     const pl_cpu_mm_type *t = pl_cpu_mm_type_get(node->src[0]->dtype);
     if (!t) return 0;
     size_t b = pl_mm_act_bytes(t, node);
-    return b ? b + 64 : 0;
+    b = b ? b + 64 : 0;
+    /* the weight may have a prepared copy (decided at load, after planning) */
+    const pl_cpu_pack_kind kind = pl_cpu_pack_kind_for(node->src[0]);
+    if (kind) {
+        const size_t bp = pl_cpu_work_matmul_packed(node, kind);
+        if (bp > b) b = bp;
+    }
+    return b;
 }
 
 typedef struct pl_mm_job {
@@ -390,11 +397,12 @@ static void pl_mm_chunk(const pl_mm_job *j, int64_t id) {
 
 static void pl_mm_compute_task(void *arg, int ith, int nth) {
     pl_mm_job *j = arg;
-    /* The first chunk of each thread is static; the rest are taken from a
-     * shared counter that starts after them. */
-    for (int64_t id = ith; id < j->n_chunks;
+    /* Chunks come from a shared counter (an elastic job: a thread that
+     * starts late finds the work done and is not waited for). */
+    for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_chunks;
          id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
         pl_mm_chunk(j, id);
+    (void)ith;
     (void)nth;
 }
 
@@ -417,6 +425,8 @@ pl_status pl_cpu_op_matmul(pl_exec_ctx *ctx, const pl_node *node) {
         return pl_errorf(PL_ERR_INVALID_ARG, "matmul: K = %lld is not a whole number of %s blocks",
                          (long long)K, pl_dtype_name(w->dtype));
     if (M == 0 || N == 0) return PL_OK;
+    const pl_cpu_packed *pk = pl_cpu_packed_find(ctx, w);
+    if (pk) return pl_cpu_matmul_packed(ctx, node, pk);
 
     pl_mm_job job;
     memset(&job, 0, sizeof job);
@@ -459,8 +469,8 @@ pl_status pl_cpu_op_matmul(pl_exec_ctx *ctx, const pl_node *node) {
     j->rows_per_chunk = rpc;
     j->n_row_chunks = (N + rpc - 1) / rpc;
     j->n_chunks = j->n_row_chunks * n_act_chunks;
-    atomic_init(&j->next, nth);
-    if (nth > 1 && j->n_chunks > 1) pl_threadpool_run(ctx->pool, pl_mm_compute_task, j);
+    atomic_init(&j->next, 0);
+    if (nth > 1 && j->n_chunks > 1) pl_threadpool_run_elastic(ctx->pool, pl_mm_compute_task, j);
     else {
         for (int64_t id = 0; id < j->n_chunks; id++) pl_mm_chunk(j, id);
     }

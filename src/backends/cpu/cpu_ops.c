@@ -166,6 +166,12 @@ pl_status pl_cpu_op_get_rows(pl_exec_ctx *ctx, const pl_node *node) {
             return pl_errorf(PL_ERR_INVALID_ARG, "get_rows: id %d at %lld is outside the table's %lld rows", id,
                              (long long)i, (long long)R);
     }
+    /* a table with a prepared copy (a tied embedding) is read from the copy */
+    const pl_cpu_packed *pk = pl_cpu_packed_find(ctx, tab);
+    if (pk) {
+        for (int64_t i = 0; i < n; i++) pl_cpu_packed_get_row(pk, pl_i32_at(ids, i), (float *)pl_cpu_row(dst, i));
+        return PL_OK;
+    }
     pl_run_rows(ctx, node, n, tab->ne[0], pl_get_rows_range);
     return PL_OK;
 }

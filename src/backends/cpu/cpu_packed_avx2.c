@@ -1,0 +1,417 @@
+/* Kernels for the prepared (interleaved) weight layouts of cpu_internal.h.
+ * Compiled with -mavx2 -mfma -mf16c like every *_avx2.c; the functions here
+ * additionally carry an AVX-512 target attribute (F/BW/VL/DQ/VNNI) and are
+ * only called after pl_cpu_has_vnni512(). They use 256-bit vectors with the
+ * 32 registers and the VNNI instructions of AVX-512VL.
+ *
+ * k-quants (q4_K, q6_K x q8_K activations): one 32-bit lane per weight row,
+ * each lane a dot product of 4 consecutive k ("chunk"):
+ *     acc[r] += sum_{e<4} w[r][4c + e] * y[4c + e]      (vpdpbusd)
+ * with the 4 activation bytes of chunk c broadcast to every lane. A 32-byte
+ * vector of the layout holds two chunks (low and high nibble) of 8 rows, so
+ * one load, two ANDs and a shift feed two vpdpbusd. Per sub-block the lane
+ * sums are scaled by the row's integer scale (vpmulld) into one int32 sum per
+ * super-block, which is scaled to float once (d * dy), exactly as the q8_K
+ * dot products of cpu_matmul*.c (integer parts are exact; the float steps
+ * per super-block are the same operations in the same order, whatever the
+ * number of activation rows of a call: batched == alone bit for bit).
+ *
+ * f16 (x f16-rounded activations, as F32): outer products, 16 rows per panel
+ * in two vectors, the activation broadcast: one FMA per 8 products and no
+ * horizontal sums; a row's sum runs over k in order in one lane.
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_simd_avx2.h"
+
+#define PL_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define PL_VNNI_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+
+/* ---- activations ------------------------------------------------------------*/
+
+void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K) {
+    for (int64_t i = 0; i < K / QK_K; i++) {
+        pl_cpu_quantize_q8_K_avx2(x + QK_K * i, &y[i].b, QK_K);
+        for (int g = 0; g < 8; g++) y[i].bsum32[g] = (int16_t)(y[i].b.bsums[2 * g] + y[i].b.bsums[2 * g + 1]);
+        for (int j = 0; j < 16; j++) y[i].nb32[j] = -32 * (int32_t)y[i].b.bsums[j];
+    }
+}
+
+PL_VNNI_AI __m256i pl_bcast4(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+PL_VNNI_AI __m256i pl_dp(__m256i acc, __m256i w, const void *y) {
+    return _mm256_dpbusd_epi32(acc, w, pl_bcast4(y));
+}
+
+PL_VNNI_AI __m256i pl_sc8(const uint8_t *p) {   /* 8 u8 -> 8 x i32 */
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+PL_VNNI_AI __m256i pl_sc8s(const int8_t *p) {   /* 8 i8 -> 8 x i32 */
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+
+/* Software prefetch of the block PL_PF_AHEAD blocks ahead of b in a decode
+ * (gemv) sweep: the hardware streamers ramp up per 4 KiB page and stop at
+ * page ends; a fixed distance ahead keeps enough misses in flight. */
+#include <stdlib.h>
+static int pl_prefetch_on = -1, PL_PF_BYTES = 4096;
+__attribute__((constructor)) static void pl_pf_init(void) { const char *e = getenv("PL_PF"); pl_prefetch_on = e ? atoi(e) : 1;
+ e = getenv("PL_PFD"); if (e) PL_PF_BYTES = atoi(e); }
+PL_VNNI_AI void pl_prefetch_ahead(const void *p, size_t bytes) {
+    const char *c = (const char *)p + PL_PF_BYTES;
+    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
+}
+
+/* ---- q4_K x8 ------------------------------------------------------------------*/
+
+/* One panel, one activation row: all 8 groups of a super-block in flight
+ * (8 independent vpdpbusd chains). */
+PL_VNNI_AI void pl_q4k_gemv_panel(int64_t nb, const pl_q4kx8 *x, const pl_q8kx *y, float *d) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accf = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q4kx8 *xb = x + b;
+        const int8_t *q = y[b].b.qs;
+        if (pl_prefetch_on & 2) pl_prefetch_ahead(xb, sizeof *xb);
+        __m256i acc[8];
+        PL_UNROLL
+        for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_si256();
+        PL_UNROLL
+        for (int v = 0; v < 4; v++) {
+            PL_UNROLL
+            for (int g = 0; g < 8; g++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)xb->qs[v][g]);
+                const __m256i lo = _mm256_and_si256(bits, m4);
+                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+                acc[g] = pl_dp(acc[g], lo, q + 32 * g + 8 * v);
+                acc[g] = pl_dp(acc[g], hi, q + 32 * g + 8 * v + 4);
+            }
+        }
+        __m256i sumi = _mm256_mullo_epi32(acc[0], pl_sc8(xb->sc[0]));
+        PL_UNROLL
+        for (int g = 1; g < 8; g++) sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(acc[g], pl_sc8(xb->sc[g])));
+        __m256i summ = _mm256_setzero_si256();
+        PL_UNROLL
+        for (int p = 0; p < 4; p++)
+            summ = _mm256_dpwssd_epi32(summ, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)xb->m[p])),
+                                       pl_bcast4(&y[b].bsum32[2 * p]));
+        const __m256 dy = _mm256_set1_ps(y[b].b.d);
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d)), dy);
+        const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->dmin)), dy);
+        accf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), dd, accf);
+        accf = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), dm, accf);
+    }
+    _mm256_storeu_ps(d, accf);
+}
+
+/* One panel, R activation rows: two groups in flight per row (2R chains);
+ * the unpacked nibbles are reused by every row. */
+PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx8 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  const int R) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q4kx8 *xb = x + b;
+        __m256i sumi[4], summ[4];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) sumi[c] = _mm256_setzero_si256();
+        PL_UNROLL
+        for (int g = 0; g < 8; g += 2) {
+            __m256i a0[4], a1[4];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm256_setzero_si256();
+            PL_UNROLL
+            for (int v = 0; v < 4; v++) {
+                const __m256i b0 = _mm256_loadu_si256((const __m256i *)xb->qs[v][g]);
+                const __m256i b1 = _mm256_loadu_si256((const __m256i *)xb->qs[v][g + 1]);
+                const __m256i lo0 = _mm256_and_si256(b0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), m4);
+                const __m256i lo1 = _mm256_and_si256(b1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
+                    a0[c] = pl_dp(a0[c], lo0, q);
+                    a1[c] = pl_dp(a1[c], lo1, q + 32);
+                    a0[c] = pl_dp(a0[c], hi0, q + 4);
+                    a1[c] = pl_dp(a1[c], hi1, q + 36);
+                }
+            }
+            const __m256i s0 = pl_sc8(xb->sc[g]), s1 = pl_sc8(xb->sc[g + 1]);
+            PL_UNROLL
+            for (int c = 0; c < R; c++)
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_mullo_epi32(a0[c], s0),
+                                                                     _mm256_mullo_epi32(a1[c], s1)));
+        }
+        __m256i mv[4];
+        PL_UNROLL
+        for (int p = 0; p < 4; p++) mv[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)xb->m[p]));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            summ[c] = _mm256_setzero_si256();
+            PL_UNROLL
+            for (int p = 0; p < 4; p++) summ[c] = _mm256_dpwssd_epi32(summ[c], mv[p], pl_bcast4(&y[c][b].bsum32[2 * p]));
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d));
+        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->dmin));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m256 dy = _mm256_set1_ps(y[c][b].b.d);
+            accf[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(d0, dy), accf[c]);
+            accf[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[c]), _mm256_mul_ps(m0, dy), accf[c]);
+        }
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm256_storeu_ps(d + c * ldd, accf[c]);
+}
+
+PL_VNNI void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                    size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    for (int64_t p = p0; p < p1; p++) {
+        const pl_q4kx8 *x = w + p * nb;
+        int64_t c = c0;
+        if (c1 - c0 == 1) {
+            pl_q4k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c * as), dst + c * N + 8 * p);
+            continue;
+        }
+        for (; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + 8 * p;
+            switch (R) {
+                case 4: pl_q4k_gemm_panel(nb, x, y, d, N, 4); break;
+                case 3: pl_q4k_gemm_panel(nb, x, y, d, N, 3); break;
+                case 2: pl_q4k_gemm_panel(nb, x, y, d, N, 2); break;
+                default: pl_q4k_gemm_panel(nb, x, y, d, N, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- q6_K x8 ------------------------------------------------------------------*/
+
+/* The 6-bit codes of chunks 2v (lo) and 2v+1 (hi) of a group: low 4 bits
+ * from ql vector v, high 2 bits from qh vector v/2 at bit pair 2*(v%2) (lo)
+ * and 2*(v%2)+1 (hi); 16-bit shifts, masked per byte. (GF(2) affine byte
+ * transforms do each field move in one instruction but were slower here.) */
+PL_VNNI_AI void pl_q6_codes(const pl_q6kx8 *xb, int g, int v, __m256i qh, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l4 = _mm256_loadu_si256((const __m256i *)xb->ql[v][g]);
+    __m256i hl, hh;
+    if (v & 1) {
+        hl = _mm256_and_si256(qh, m30);                            /* bits 4-5 */
+        hh = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);      /* bits 6-7 */
+    } else {
+        hl = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);      /* bits 0-1 */
+        hh = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);      /* bits 2-3 */
+    }
+    *lo = _mm256_or_si256(_mm256_and_si256(l4, m4), hl);
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l4, 4), m4), hh);
+}
+
+PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *y, float *d) {
+    __m256 accf = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q6kx8 *xb = x + b;
+        const int8_t *q = y[b].b.qs;
+        if (pl_prefetch_on & 1) pl_prefetch_ahead(xb, sizeof *xb);
+        /* acc[i]: sub-block of 16 i, started at -32 * bsum (the code offset) */
+        __m256i acc[16];
+        PL_UNROLL
+        for (int i = 0; i < 16; i++) acc[i] = _mm256_set1_epi32(y[b].nb32[i]);
+        PL_UNROLL
+        for (int v = 0; v < 4; v++) {
+            PL_UNROLL
+            for (int g = 0; g < 8; g++) {
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)xb->qh[v / 2][g]);
+                __m256i lo, hi;
+                pl_q6_codes(xb, g, v, qh, &lo, &hi);
+                const int i = 2 * g + v / 2;
+                acc[i] = pl_dp(acc[i], lo, q + 32 * g + 8 * v);
+                acc[i] = pl_dp(acc[i], hi, q + 32 * g + 8 * v + 4);
+            }
+        }
+        __m256i sumi = _mm256_mullo_epi32(acc[0], pl_sc8s(xb->sc[0]));
+        PL_UNROLL
+        for (int i = 1; i < 16; i++) sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(acc[i], pl_sc8s(xb->sc[i])));
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d)), _mm256_set1_ps(y[b].b.d));
+        accf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), dd, accf);
+    }
+    _mm256_storeu_ps(d, accf);
+}
+
+PL_VNNI_AI void pl_q6k_gemm_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  const int R) {
+    __m256 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q6kx8 *xb = x + b;
+        __m256i sumi[4];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) sumi[c] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) {
+            /* sub-blocks 2g (chunks 0-3: v = 0, 1) and 2g+1 (v = 2, 3), interleaved */
+            __m256i a0[4], a1[4];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                a0[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g]);
+                a1[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g + 1]);
+            }
+            const __m256i qh0 = _mm256_loadu_si256((const __m256i *)xb->qh[0][g]);
+            const __m256i qh1 = _mm256_loadu_si256((const __m256i *)xb->qh[1][g]);
+            PL_UNROLL
+            for (int v = 0; v < 2; v++) {
+                __m256i lo0, hi0, lo1, hi1;
+                pl_q6_codes(xb, g, v, qh0, &lo0, &hi0);
+                pl_q6_codes(xb, g, v + 2, qh1, &lo1, &hi1);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
+                    a0[c] = pl_dp(a0[c], lo0, q);
+                    a1[c] = pl_dp(a1[c], lo1, q + 16);
+                    a0[c] = pl_dp(a0[c], hi0, q + 4);
+                    a1[c] = pl_dp(a1[c], hi1, q + 20);
+                }
+            }
+            const __m256i s0 = pl_sc8s(xb->sc[2 * g]), s1 = pl_sc8s(xb->sc[2 * g + 1]);
+            PL_UNROLL
+            for (int c = 0; c < R; c++)
+                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_mullo_epi32(a0[c], s0),
+                                                                     _mm256_mullo_epi32(a1[c], s1)));
+        }
+        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d));
+        PL_UNROLL
+        for (int c = 0; c < R; c++)
+            accf[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(d0, _mm256_set1_ps(y[c][b].b.d)), accf[c]);
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm256_storeu_ps(d + c * ldd, accf[c]);
+}
+
+PL_VNNI void pl_cpu_gemm_q6kx8_vnni(int64_t K, const pl_q6kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                    size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    for (int64_t p = p0; p < p1; p++) {
+        const pl_q6kx8 *x = w + p * nb;
+        if (c1 - c0 == 1) {
+            pl_q6k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as), dst + c0 * N + 8 * p);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + 8 * p;
+            switch (R) {
+                case 4: pl_q6k_gemm_panel(nb, x, y, d, N, 4); break;
+                case 3: pl_q6k_gemm_panel(nb, x, y, d, N, 3); break;
+                case 2: pl_q6k_gemm_panel(nb, x, y, d, N, 2); break;
+                default: pl_q6k_gemm_panel(nb, x, y, d, N, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- f16 x16 ------------------------------------------------------------------*/
+
+/* P panels (16 rows each, P*2 accumulator chains) x 1 activation row. */
+PL_VNNI_AI void pl_f16_gemv_panels(int64_t K, const uint16_t *w, size_t panel_elems, const float *a, float *d,
+                                   const int P) {
+    __m256 acc[4][2];
+    PL_UNROLL
+    for (int p = 0; p < P; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const __m256 av = _mm256_set1_ps(a[k]);
+        PL_UNROLL
+        for (int p = 0; p < P; p++) {
+            const uint16_t *wk = w + p * panel_elems + k * PL_F16X_ROWS;
+            if ((pl_prefetch_on & 4) && !(k & 1)) _mm_prefetch((const char *)wk + PL_PF_BYTES, _MM_HINT_T0);
+            acc[p][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wk)), av, acc[p][0]);
+            acc[p][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wk + 8))), av, acc[p][1]);
+        }
+    }
+    PL_UNROLL
+    for (int p = 0; p < P; p++) {
+        _mm256_storeu_ps(d + 16 * p, acc[p][0]);
+        _mm256_storeu_ps(d + 16 * p + 8, acc[p][1]);
+    }
+}
+
+/* One panel x R activation rows (R chains of 16-lane vectors) over KB k: ap
+ * is the activation tile k-major ([k][R], so the R broadcasts of a k come
+ * from one or two lines); the partial sums go to / come from d when
+ * accumulate (k blocking keeps every lane's sum in k order). 512-bit vectors:
+ * one conversion per k for the 16 rows, and room for R = 24 accumulators. */
+PL_VNNI_AI void pl_f16_gemm_panel(int64_t KB, const uint16_t *w, const float *ap, float *d, int64_t ldd,
+                                  bool accumulate, const int R) {
+    __m512 acc[24];
+    _Pragma("GCC unroll 32")
+    for (int c = 0; c < R; c++) acc[c] = accumulate ? _mm512_loadu_ps(d + c * ldd) : _mm512_setzero_ps();
+    for (int64_t k = 0; k < KB; k++, w += PL_F16X_ROWS, ap += R) {
+        const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
+        _Pragma("GCC unroll 32")
+        for (int c = 0; c < R; c++) acc[c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(ap[c]), acc[c]);
+    }
+    _Pragma("GCC unroll 32")
+    for (int c = 0; c < R; c++) _mm512_storeu_ps(d + c * ldd, acc[c]);
+}
+
+#define PL_F16_RMAX 24
+#define PL_F16_KB 256
+#define PL_F16_CMAX 96     /* activation rows per packed block: 96 x 256 x 4 = 96 KiB (a multiple of RMAX) */
+
+PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a,
+                                     size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const size_t pe = (size_t)K * PL_F16X_ROWS;
+    if (c1 - c0 == 1) {
+        const float *ar = (const float *)((const char *)a + c0 * as);
+        int64_t p = p0;
+        for (; p + 4 <= p1; p += 4) pl_f16_gemv_panels(K, w + p * pe, pe, ar, dst + c0 * N + 16 * p, 4);
+        for (; p < p1; p++) pl_f16_gemv_panels(K, w + p * pe, pe, ar, dst + c0 * N + 16 * p, 1);
+        return;
+    }
+    static _Thread_local float ap[PL_F16_CMAX * PL_F16_KB] __attribute__((aligned(64)));
+    for (int64_t cb = c0; cb < c1; cb += PL_F16_CMAX) {
+        const int64_t ce = cb + PL_F16_CMAX < c1 ? cb + PL_F16_CMAX : c1;
+        for (int64_t k0 = 0; k0 < K; k0 += PL_F16_KB) {
+            const int64_t KB = K - k0 < PL_F16_KB ? K - k0 : PL_F16_KB;
+            /* pack: tile t (R_t rows from cb + 12 t) at ap + 12 t * KB, [k][R_t] */
+            for (int64_t c = cb; c < ce; c += PL_F16_RMAX) {
+                const int R = ce - c < PL_F16_RMAX ? (int)(ce - c) : PL_F16_RMAX;
+                float *t = ap + (c - cb) * KB;
+                for (int i = 0; i < R; i++) {
+                    const float *src = (const float *)((const char *)a + (c + i) * as) + k0;
+                    for (int64_t k = 0; k < KB; k++) t[k * R + i] = src[k];
+                }
+            }
+            for (int64_t p = p0; p < p1; p++) {
+                const uint16_t *wp = w + p * pe + k0 * PL_F16X_ROWS;
+                for (int64_t c = cb; c < ce; c += PL_F16_RMAX) {
+                    const int R = ce - c < PL_F16_RMAX ? (int)(ce - c) : PL_F16_RMAX;
+                    const float *t = ap + (c - cb) * KB;
+                    float *d = dst + c * N + 16 * p;
+                    const bool accu = k0 > 0;
+#define PL_F16_CASE(RR) case RR: pl_f16_gemm_panel(KB, wp, t, d, N, accu, RR); break;
+                    switch (R) {
+                        PL_F16_CASE(24) PL_F16_CASE(23) PL_F16_CASE(22) PL_F16_CASE(21) PL_F16_CASE(20)
+                        PL_F16_CASE(19) PL_F16_CASE(18) PL_F16_CASE(17) PL_F16_CASE(16) PL_F16_CASE(15)
+                        PL_F16_CASE(14) PL_F16_CASE(13) PL_F16_CASE(12) PL_F16_CASE(11) PL_F16_CASE(10)
+                        PL_F16_CASE(9) PL_F16_CASE(8) PL_F16_CASE(7) PL_F16_CASE(6) PL_F16_CASE(5)
+                        PL_F16_CASE(4) PL_F16_CASE(3) PL_F16_CASE(2)
+                        default: pl_f16_gemm_panel(KB, wp, t, d, N, accu, 1); break;
+                    }
+#undef PL_F16_CASE
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+/* Load-time weight preparation for the cpu backend (pl_backend.weight_prepare):
+ * copies of the matmul weights in the interleaved layouts of
+ * cpu_internal.h, in one anonymous mapping (transparent huge pages where the
+ * kernel allows: a decode step streams all of it, and 2 MiB pages spare the
+ * TLB and let the prefetchers run across what would be 4 KiB boundaries).
+ *
+ * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K with N % 8 == 0,
+ * f16 with N % 16 == 0. Everything else keeps the original layout and the
+ * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
+ *
+ * The repacking is a pure reordering (plus unpacking the 6-bit q4_K scales to
+ * bytes): the prepared kernels compute with exactly the numbers of the file.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include "backends/cpu/cpu_internal.h"
+#include "core/cpu_features.h"
+#include "core/fp16.h"
+#include "core/status.h"
+#include "core/threadpool.h"
+
+bool pl_cpu_has_vnni512(void) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    static int cached = -1;
+    if (cached < 0) {
+        const pl_cpu_features *f = pl_cpu_features_get();
+        cached = pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni;
+    }
+    return cached;
+#else
+    return false;
+#endif
+}
+
+bool pl_cpu_repack_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *e = getenv("PL_CPU_REPACK");
+        cached = !(e && e[0] == '0');
+    }
+    return cached;
+}
+
+pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
+    if (!w || w->n_dims > 2 || w->ne[2] * w->ne[3] != 1 || !pl_tensor_is_contiguous(w)) return PL_PACK_NONE;
+    if (!pl_cpu_has_vnni512() || !pl_cpu_repack_enabled()) return PL_PACK_NONE;
+    const int64_t K = w->ne[0], N = w->ne[1];
+    switch (w->dtype) {
+        case PL_Q4_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q4K_X8 : PL_PACK_NONE;
+        case PL_Q6_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q6K_X8 : PL_PACK_NONE;
+        case PL_F16: return K % 8 == 0 && N % PL_F16X_ROWS == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
+        default: return PL_PACK_NONE;
+    }
+}
+
+static size_t pl_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
+    switch (kind) {
+        case PL_PACK_Q4K_X8: return (size_t)(N / 8) * (size_t)(K / QK_K) * sizeof(pl_q4kx8);
+        case PL_PACK_Q6K_X8: return (size_t)(N / 8) * (size_t)(K / QK_K) * sizeof(pl_q6kx8);
+        case PL_PACK_F16_X16: return (size_t)N * (size_t)K * 2;
+        default: return 0;
+    }
+}
+
+size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w) {
+    (void)ctx;
+    pl_cpu_pack_kind kind = pl_cpu_pack_kind_for(w);
+    return kind ? pl_packed_bytes(kind, w->ne[0], w->ne[1]) : 0;
+}
+
+/* ---- the layouts ------------------------------------------------------------*/
+
+static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q4kx8 *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        pl_q4kx8 *o = &out[b];
+        memset(o, 0, sizeof *o);
+        for (int r = 0; r < 8; r++) {
+            const block_q4_K *x = (const block_q4_K *)(src + r * row_bytes) + b;
+            o->d[r] = x->d;
+            o->dmin[r] = x->dmin;
+            for (int g = 0; g < 8; g++) {
+                uint8_t sc, m;
+                pl_q4k_scale_min(g, x->scales, &sc, &m);
+                o->sc[g][r] = sc;
+                o->m[g / 2][r][g & 1] = m;
+                for (int k = 0; k < 32; k++) {
+                    const int q = (x->qs[32 * (g / 2) + k] >> (4 * (g & 1))) & 0xF;
+                    const int c = k / 4, e = k % 4;
+                    o->qs[c / 2][g][4 * r + e] |= (uint8_t)(q << (4 * (c & 1)));
+                }
+            }
+        }
+    }
+}
+
+/* q6_K code (0..63) of element e of a block. */
+static inline int pl_q6k_code_at(const block_q6_K *b, int e) {
+    const int h = e / 128, l = e % 32, quarter = (e % 128) / 32;
+    const uint8_t *ql = b->ql + 64 * h;
+    const uint8_t *qh = b->qh + 32 * h;
+    int lo = (quarter & 1) ? ql[l + 32] : ql[l];
+    lo = (quarter & 2) ? lo >> 4 : lo & 0xF;
+    return lo | (((qh[l] >> (2 * quarter)) & 3) << 4);
+}
+
+static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q6kx8 *out) {
+    for (int64_t b = 0; b < nb; b++) {
+        pl_q6kx8 *o = &out[b];
+        memset(o, 0, sizeof *o);
+        for (int r = 0; r < 8; r++) {
+            const block_q6_K *x = (const block_q6_K *)(src + r * row_bytes) + b;
+            o->d[r] = x->d;
+            for (int i = 0; i < 16; i++) o->sc[i][r] = x->scales[i];
+            for (int g = 0; g < 8; g++)
+                for (int k = 0; k < 32; k++) {
+                    const int q = pl_q6k_code_at(x, 32 * g + k);
+                    const int c = k / 4, e = k % 4;
+                    o->ql[c / 2][g][4 * r + e] |= (uint8_t)((q & 0xF) << (4 * (c & 1)));
+                    o->qh[c / 4][g][4 * r + e] |= (uint8_t)((q >> 4) << (2 * (c & 3)));
+                }
+        }
+    }
+}
+
+static void pl_pack_f16_panel(const char *src, size_t row_bytes, int64_t K, uint16_t *out) {
+    for (int r = 0; r < PL_F16X_ROWS; r++) {
+        const uint16_t *x = (const uint16_t *)(src + r * row_bytes);
+        for (int64_t k = 0; k < K; k++) out[k * PL_F16X_ROWS + r] = x[k];
+    }
+}
+
+typedef struct pl_pack_job {
+    const pl_tensor *w;
+    pl_cpu_packed *pk;
+    void (*copied)(void *user, const void *p, size_t bytes);
+    void *user;
+} pl_pack_job;
+
+/* Panels per slice: a thread reports each slice of the original as copied
+ * (about 1 MiB at a time), so the originals leave memory as the copies grow. */
+#define PL_PACK_SLICE_BYTES ((size_t)1 << 20)
+
+static void pl_pack_task(void *arg, int ith, int nth) {
+    const pl_pack_job *j = arg;
+    const pl_tensor *w = j->w;
+    const int64_t K = w->ne[0], N = w->ne[1];
+    const int rows = j->pk->kind == PL_PACK_F16_X16 ? PL_F16X_ROWS : 8;
+    const int64_t n_panels = N / rows;
+    int64_t lo, hi;
+    pl_cpu_split(n_panels, ith, nth, &lo, &hi);
+    const size_t panel_bytes = pl_packed_bytes(j->pk->kind, K, rows);
+    const size_t src_panel = (size_t)rows * w->nb[1];
+    int64_t slice = (int64_t)(PL_PACK_SLICE_BYTES / src_panel);
+    if (slice < 1) slice = 1;
+    int64_t reported = lo;
+    for (int64_t p = lo; p < hi; p++) {
+        const char *src = (const char *)w->data + (size_t)(p * rows) * w->nb[1];
+        char *dst = (char *)j->pk->data + (size_t)p * panel_bytes;
+        switch (j->pk->kind) {
+            case PL_PACK_Q4K_X8: pl_pack_q4k_panel(src, w->nb[1], K / QK_K, (pl_q4kx8 *)dst); break;
+            case PL_PACK_Q6K_X8: pl_pack_q6k_panel(src, w->nb[1], K / QK_K, (pl_q6kx8 *)dst); break;
+            case PL_PACK_F16_X16: pl_pack_f16_panel(src, w->nb[1], K, (uint16_t *)dst); break;
+            default: break;
+        }
+        if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
+            j->copied(j->user, (const char *)w->data + (size_t)reported * src_panel, (size_t)(p + 1 - reported) * src_panel);
+            reported = p + 1;
+        }
+    }
+}
+
+static int pl_packed_cmp(const void *a, const void *b) {
+    uintptr_t x = (uintptr_t)((const pl_cpu_packed *)a)->orig, y = (uintptr_t)((const pl_cpu_packed *)b)->orig;
+    return x < y ? -1 : x > y;
+}
+
+pl_status pl_cpu_weight_prepare(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
+                                void (*copied)(void *user, const void *p, size_t bytes), void *user) {
+    pl_cpu_ctx *c = (pl_cpu_ctx *)ctx;
+    if (!c || c->magic != PL_CPU_CTX_MAGIC) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: weight_prepare needs a cpu context");
+    if (c->arena) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: weights of this context are already prepared");
+    size_t total = 0;
+    int n_ok = 0;
+    for (int i = 0; i < n; i++) {
+        const size_t sz = pl_cpu_weight_prepare_size(ctx, ws[i]);
+        if (sz) { total += (sz + 4095) & ~(size_t)4095; n_ok++; }
+    }
+    if (!n_ok) return PL_OK;
+    const size_t huge = (size_t)2 << 20;
+    const size_t map_size = (total + huge - 1) & ~(huge - 1);
+    void *arena = mmap(NULL, map_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (arena == MAP_FAILED)
+        return pl_errorf(PL_ERR_NO_MEMORY, "cpu: cannot map %.1f MiB for the prepared weights", total / 1048576.0);
+#ifdef MADV_HUGEPAGE
+    madvise(arena, map_size, MADV_HUGEPAGE);
+#endif
+    pl_cpu_packed *tab = calloc((size_t)n_ok, sizeof *tab);
+    if (!tab) {
+        munmap(arena, map_size);
+        return pl_errorf(PL_ERR_NO_MEMORY, "cpu: out of memory");
+    }
+    size_t off = 0;
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        const pl_tensor *w = ws[i];
+        const size_t sz = pl_cpu_weight_prepare_size(ctx, w);
+        if (!sz) continue;
+        pl_cpu_packed *pk = &tab[k++];
+        pk->orig = w->data;
+        pk->data = (char *)arena + off;
+        pk->kind = pl_cpu_pack_kind_for(w);
+        pk->K = w->ne[0];
+        pk->N = w->ne[1];
+        off += (sz + 4095) & ~(size_t)4095;
+        pl_pack_job job = {w, pk, copied, user};
+        pl_threadpool_run(ctx->pool, pl_pack_task, &job);
+    }
+    qsort(tab, (size_t)n_ok, sizeof *tab, pl_packed_cmp);
+    c->packed = tab;
+    c->n_packed = n_ok;
+    c->arena = arena;
+    c->arena_size = map_size;
+    return PL_OK;
+}
+
+void pl_cpu_packed_free(pl_cpu_ctx *c) {
+    if (c->arena) munmap(c->arena, c->arena_size);
+    free(c->packed);
+    c->arena = NULL;
+    c->packed = NULL;
+    c->n_packed = 0;
+}
+
+const pl_cpu_packed *pl_cpu_packed_find(const pl_exec_ctx *ctx, const pl_tensor *w) {
+    const pl_cpu_ctx *c = (const pl_cpu_ctx *)ctx;
+    if (!c || !w || c->magic != PL_CPU_CTX_MAGIC || !c->n_packed) return NULL;
+    int lo = 0, hi = c->n_packed - 1;
+    const uintptr_t key = (uintptr_t)w->data;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        const uintptr_t v = (uintptr_t)c->packed[mid].orig;
+        if (v == key) {
+            const pl_cpu_packed *pk = &c->packed[mid];
+            /* the same tensor, not a view that happens to start there */
+            if (pk->K == w->ne[0] && pk->N == w->ne[1] && w->ne[2] * w->ne[3] == 1 &&
+                pl_cpu_pack_kind_for(w) == pk->kind)
+                return pk;
+            return NULL;
+        }
+        if (v < key) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+/* Row r of a prepared weight, decoded to F32 exactly as pl_dequantize_row
+ * decodes the original (same expressions): get_rows on a tied embedding
+ * reads the copy, so the original's pages stay out of memory. */
+void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
+    const int64_t K = pk->K, nb = K / QK_K;
+    const int l = (int)(r % 8);
+    switch (pk->kind) {
+        case PL_PACK_Q6K_X8: {
+            const pl_q6kx8 *x = (const pl_q6kx8 *)pk->data + (r / 8) * nb;
+            for (int64_t b = 0; b < nb; b++, out += QK_K) {
+                const float d = pl_f16_to_f32(x[b].d[l]);
+                for (int k = 0; k < QK_K; k++) {
+                    const int g = k / 32, c = (k % 32) / 4, e = k % 4;
+                    const int lo = (x[b].ql[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                    const int hi = (x[b].qh[c / 4][g][4 * l + e] >> (2 * (c & 3))) & 3;
+                    const int q = (lo | (hi << 4)) - 32;
+                    out[k] = d * x[b].sc[k / 16][l] * q;
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q4K_X8: {
+            const pl_q4kx8 *x = (const pl_q4kx8 *)pk->data + (r / 8) * nb;
+            for (int64_t b = 0; b < nb; b++, out += QK_K) {
+                const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
+                for (int g = 0; g < 8; g++) {
+                    const float d1 = d * x[b].sc[g][l], m1 = dmin * x[b].m[g / 2][l][g & 1];
+                    for (int kk = 0; kk < 32; kk++) {
+                        const int c = kk / 4, e = kk % 4;
+                        const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                        out[32 * g + kk] = d1 * q - m1;
+                    }
+                }
+            }
+            break;
+        }
+        case PL_PACK_F16_X16: {
+            const uint16_t *w = (const uint16_t *)pk->data + (size_t)(r / PL_F16X_ROWS) * (size_t)K * PL_F16X_ROWS +
+                                r % PL_F16X_ROWS;
+            for (int64_t k = 0; k < K; k++) out[k] = pl_f16_to_f32(w[k * PL_F16X_ROWS]);
+            break;
+        }
+        default: break;
+    }
+}
