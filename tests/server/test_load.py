@@ -13,7 +13,7 @@ import time
 
 import requests
 
-from conftest import run_cli, sse_events
+from conftest import BIN, run_cli, sse_events
 
 PROMPTS = [
     "The capital of France is",
@@ -184,7 +184,12 @@ def test_load_with_disconnects(make_server):
     assert m["slots_busy"] == 0 and m["queue_depth"] == 0, m
     assert m["requests_rejected_total"] == 0
     assert stats["ok"] > 0 and stats["dropped"] > 0
-    assert late <= early * 1.10 + 16 * 1024, f"RSS grew from {early} KiB to {late} KiB"
+    # Under ASan freed memory sits in its quarantine (256 MiB by default), so
+    # RSS is not flat there by design; LeakSanitizer checks leaks at exit.
+    with open(BIN, "rb") as f:
+        sanitized = b"__asan_init" in f.read()
+    if not sanitized:
+        assert late <= early * 1.10 + 16 * 1024, f"RSS grew from {early} KiB to {late} KiB"
     # Still serving.
     r = s.post("/v1/completions", {"prompt": "x", "max_tokens": 4})
     assert r.status_code == 200
