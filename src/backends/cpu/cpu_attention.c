@@ -20,6 +20,17 @@
  *
  * Per-thread scratch (ctx->work): QR score rows of n_ctx floats and QR output
  * rows of head_dim floats, QR = the query rows of a task.
+ *
+ * Numerics. llama.cpp (ggml's CPU flash attention, which it uses by default)
+ * computes a batch of fewer than 64 query tokens (decode, short prompts) one
+ * query row at a time: Q rounded to the cache type (f16), K.Q in
+ * ggml_vec_dot_f16's order, an online softmax over the positions in order
+ * (a new maximum rescales the running sums by expf(M_old - M_new)), and the
+ * V sum kept in an f16 vector (VKQ16) rounded after every position. Batches
+ * of fewer than PL_ATT_ONLINE_TOK tokens here follow those steps (the
+ * "online" path), so the logits stay close to llama.cpp's for longer; only
+ * exp differs in its last bits (a vector exp). Larger batches (prefill) use
+ * f32 throughout, as ggml's tiled path does; an f32 cache uses f32 in both.
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -31,6 +42,8 @@
 #include "core/threadpool.h"
 
 #define PL_ATT_MAX_R 4     /* query rows per SIMD helper call */
+#define PL_ATT_ONLINE_TOK 64   /* batches below this many tokens: llama.cpp's FA numerics (ggml's Q tile) */
+#define PL_ATT_FLASH_ROWS 128  /* query rows per task of the tiled (AVX-512) prefill kernel */
 #define PL_ATT_ROWS 8      /* target query rows per task (heads x tokens) */
 #define PL_ATT_JBLK 64     /* cache positions per L1 block */
 
@@ -85,6 +98,50 @@ static float pl_att_softmax_c(float *x, int64_t n) {
     return (float)sum;
 }
 
+/* The online path's helpers (see the top of the file; AVX2 versions in
+ * cpu_attention_avx2.c). S[r*ldS + j] = scale * dot(k_j, q_r) in
+ * ggml_vec_dot_f16 / _f32's summation order. */
+static void pl_att_dots_ggml_c(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n,
+                               int64_t hd, float scale, float *S, int64_t ldS) {
+    const int64_t np = hd & ~(int64_t)31;
+    for (int r = 0; r < R; r++)
+        for (int64_t j = 0; j < n; j++) {
+            const char *kr = k + j * ks;
+            float acc[4][8] = {{0}};
+            for (int64_t i = 0; i < np; i += 32)
+                for (int a = 0; a < 4; a++)
+                    for (int l = 0; l < 8; l++)
+                        acc[a][l] = fmaf(pl_cache_at(kr, i + 8 * a + l, f16), q[r][i + 8 * a + l], acc[a][l]);
+            float x[8], t[4];
+            for (int l = 0; l < 8; l++) x[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+            for (int l = 0; l < 4; l++) t[l] = x[l] + x[l + 4];
+            double sum = (t[0] + t[1]) + (t[2] + t[3]);
+            for (int64_t i = np; i < hd; i++) sum += (double)(q[r][i] * pl_cache_at(kr, i, f16));
+            S[r * ldS + j] = (float)sum * scale;
+        }
+}
+
+static inline float pl_round_f16(float x) { return pl_f16_to_f32(pl_f32_to_f16(x)); }
+
+/* The V recurrence of one query row (see pl_cpu_att_vkq_avx2). */
+static void pl_att_vkq_c(const float *e, int64_t n, const char *v, size_t vs, bool f16, int64_t hd, float inv,
+                         float *O) {
+    for (int64_t d = 0; d < hd; d++) O[d] = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        const char *vr = v + j * vs;
+        float w = e[j];
+        if (signbit(w)) {
+            for (int64_t d = 0; d < hd; d++) O[d] = f16 ? pl_round_f16(O[d] * -w) : O[d] * -w;
+            w = 1.0f;
+        }
+        for (int64_t d = 0; d < hd; d++) {
+            const float y = fmaf(pl_cache_at(vr, d, f16), w, O[d]);
+            O[d] = f16 ? pl_round_f16(y) : y;
+        }
+    }
+    for (int64_t d = 0; d < hd; d++) O[d] *= inv;
+}
+
 /* ---- driver -------------------------------------------------------------------*/
 
 typedef struct pl_att_job {
@@ -93,7 +150,7 @@ typedef struct pl_att_job {
     int64_t tb;          /* tokens per task */
     int64_t n_blocks;    /* token blocks */
     float scale;
-    bool f16, avx2;
+    bool f16, avx2, online, flash;
     char *scratch;
     size_t per_thread;
     int64_t n_tasks;
@@ -191,10 +248,118 @@ static void pl_att_run_tokens(const pl_att_job *j, int64_t g, int64_t t0, int64_
     }
 }
 
-static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O) {
+/* The online path for token t and query heads h0..h1-1 of KV head g: one
+ * score row per head, then per head the running-maximum scan (scalar), the
+ * exps (vector) and the V recurrence. Scratch: S (R rows of n_ctx), Q (R rows
+ * of head_dim), flags (n_ctx bytes). */
+static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64_t h0, int64_t h1, float *S,
+                                float *Q, uint8_t *newmax) {
+    const pl_node *node = j->node;
+    const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    const int64_t hd = j->head_dim, ldS = j->n_ctx;
+    const int32_t sq = pl_att_i32(node->src[4], t);
+    const int64_t n = (int64_t)pl_att_i32(node->src[3], t) + 1;
+    const size_t el = j->f16 ? 2 : 4;
+    const char *kbase = (const char *)pl_tensor_row(k, 0, sq, 0) + g * hd * (int64_t)el;
+    const char *vbase = (const char *)pl_tensor_row(v, 0, sq, 0) + g * hd * (int64_t)el;
+    const float *qr[PL_ATT_RUN_ROWS];
+    const int R = (int)(h1 - h0);
+    for (int r = 0; r < R; r++) {
+        const float *src = (const float *)pl_tensor_row(q, g * j->group + h0 + r, t, 0);
+        float *dq = Q + r * hd;   /* Q in the cache's type, as ggml's q_to_vec_dot */
+        if (!j->f16) memcpy(dq, src, (size_t)hd * sizeof(float));
+#if PL_CPU_HAVE_AVX2_BUILD
+        else if (j->avx2) pl_cpu_round_f16_avx2(src, dq, hd);
+#endif
+        else for (int64_t d = 0; d < hd; d++) dq[d] = pl_round_f16(src[d]);
+        qr[r] = dq;
+    }
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2) pl_cpu_att_dots_ggml_avx2(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS);
+    else
+#endif
+        pl_att_dots_ggml_c(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS);
+    float inv[PL_ATT_RUN_ROWS];
+    for (int r = 0; r < R; r++) {
+        float *e = S + r * ldS;
+        /* running maximum: at a new maximum ms = exp(M_old - M), vs = 1;
+         * otherwise ms = 1, vs = exp(s - M) */
+        float M = -INFINITY;
+        for (int64_t i = 0; i < n; i++) {
+            const float s = e[i];
+            newmax[i] = s > M;
+            if (s > M) { e[i] = M - s; M = s; }
+            else e[i] = s - M;
+        }
+#if PL_CPU_HAVE_AVX2_BUILD
+        if (j->avx2) pl_cpu_vexp_avx2(e, n);
+        else
+#endif
+            for (int64_t i = 0; i < n; i++) e[i] = expf(e[i]);
+        float sum = 0.0f;
+        for (int64_t i = 0; i < n; i++) {
+            if (newmax[i]) { sum = sum * e[i] + 1.0f; e[i] = -e[i]; }   /* sign tag: a new maximum */
+            else sum = sum * 1.0f + e[i];
+        }
+        inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+    }
+    float *o0 = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g * j->group + h0) * hd;
+    int r = 0;
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2 && hd % 32 == 0)   /* two heads at a time: one V load for both */
+        for (; r + 2 <= R; r += 2)
+            pl_cpu_att_vkq2_avx2(S + r * ldS, S + (r + 1) * ldS, n, vbase, v->nb[1], j->f16, hd, inv[r], inv[r + 1],
+                                 o0 + r * hd, o0 + (r + 1) * hd);
+#endif
+    for (; r < R; r++) {
+#if PL_CPU_HAVE_AVX2_BUILD
+        if (j->avx2 && hd % 8 == 0) pl_cpu_att_vkq_avx2(S + r * ldS, n, vbase, v->nb[1], j->f16, hd, inv[r], o0 + r * hd);
+        else
+#endif
+            pl_att_vkq_c(S + r * ldS, n, vbase, v->nb[1], j->f16, hd, inv[r], o0 + r * hd);
+    }
+}
+
+static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O, uint8_t *flags) {
     /* KV-head-major; token blocks from the last one backwards */
     const int64_t g = task / j->n_blocks, b = j->n_blocks - 1 - task % j->n_blocks;
     const int64_t t_lo = b * j->tb, t_hi = t_lo + j->tb < j->n_tok ? t_lo + j->tb : j->n_tok;
+    if (j->online) {
+        for (int64_t t = t_lo; t < t_hi; t++)
+            for (int64_t h = 0; h < j->group; h += PL_ATT_RUN_ROWS)
+                pl_att_online_token(j, g, t, h, h + PL_ATT_RUN_ROWS < j->group ? h + PL_ATT_RUN_ROWS : j->group, S, O,
+                                    flags);
+        return;
+    }
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->flash) {
+        /* runs of one slot; rows = (token, head) in token order */
+        const pl_node *node = j->node;
+        const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+        const int64_t hd = j->head_dim;
+        const size_t el = j->f16 ? 2 : 4;
+        for (int64_t t0 = t_lo; t0 < t_hi;) {
+            const int32_t sq = pl_att_i32(node->src[4], t0);
+            int64_t t1 = t0 + 1;
+            while (t1 < t_hi && pl_att_i32(node->src[4], t1) == sq) t1++;
+            const float *qr[PL_ATT_FLASH_ROWS];
+            float *outr[PL_ATT_FLASH_ROWS];
+            int64_t nkv[PL_ATT_FLASH_ROWS];
+            int R = 0;
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t h = 0; h < j->group; h++, R++) {
+                    qr[R] = (const float *)pl_tensor_row(q, g * j->group + h, t, 0);
+                    outr[R] = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g * j->group + h) * hd;
+                    nkv[R] = (int64_t)pl_att_i32(node->src[3], t) + 1;
+                }
+            const char *kb = (const char *)pl_tensor_row(k, 0, sq, 0) + g * hd * (int64_t)el;
+            const char *vb = (const char *)pl_tensor_row(v, 0, sq, 0) + g * hd * (int64_t)el;
+            pl_cpu_att_flash_avx512(R, qr, nkv, kb, k->nb[1], vb, v->nb[1], j->f16, hd, j->scale, outr, S);
+            t0 = t1;
+        }
+        return;
+    }
+#endif
     /* a block may mix slots (batched sequences): one run per slot change */
     for (int64_t t0 = t_lo; t0 < t_hi;) {
         const int32_t sq = pl_att_i32(j->node->src[4], t0);
@@ -216,18 +381,43 @@ static void pl_att_task(void *arg, int ith, int nth) {
     const int64_t rows = j->tb * j->group;
     float *S = (float *)(j->scratch + (size_t)ith * j->per_thread);
     float *O = S + rows * j->n_ctx;
+    uint8_t *flags = (uint8_t *)(O + rows * j->head_dim);
     for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_tasks;
          id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        pl_att_task_run(j, id, S, O);
+        pl_att_task_run(j, id, S, O, flags);
     (void)nth;
 }
+
+/* The tiled kernel: AVX-512, head_dim a multiple of 16 up to 128, groups
+ * that fit a task. */
+static bool pl_att_use_flash(const pl_node *node) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    const int64_t hd = node->src[0]->ne[0], n_tok = node->src[0]->ne[2];
+    const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
+    const int64_t group = node->src[0]->ne[1] / n_kv_head;
+    return n_tok >= PL_ATT_ONLINE_TOK && hd % 16 == 0 && hd <= 128 && group >= 1 && group <= PL_ATT_FLASH_ROWS &&
+           pl_cpu_has_vnni512();
+#else
+    (void)node;
+    return false;
+#endif
+}
+
+static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group; }
 
 static size_t pl_att_per_thread(const pl_node *node) {
     const size_t n_ctx = (size_t)node->src[1]->ne[1], hd = (size_t)node->src[0]->ne[0];
     const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
     const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
     const size_t rows = (size_t)(pl_att_tb(group) * group);
-    return ((rows * (n_ctx + hd)) * sizeof(float) + 63) & ~(size_t)63;
+    size_t sz = (rows * (n_ctx + hd)) * sizeof(float) + n_ctx;
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (pl_att_use_flash(node)) {
+        const size_t f = pl_cpu_att_flash_scratch((int)(pl_att_flash_tb(group) * group), (int64_t)hd);
+        if (f > sz) sz = f;
+    }
+#endif
+    return (sz + 63) & ~(size_t)63;
 }
 
 size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
@@ -263,8 +453,10 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     job.scale = node->fparams[0];
     job.f16 = k->dtype == PL_F16;
     job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
+    job.online = job.n_tok < PL_ATT_ONLINE_TOK;
+    job.flash = !job.online && pl_att_use_flash(node);
     job.per_thread = pl_att_per_thread(node);
-    job.tb = pl_att_tb(job.group);
+    job.tb = job.flash ? pl_att_flash_tb(job.group) : pl_att_tb(job.group);
     job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;
     job.n_tasks = job.n_blocks * n_kv_head;
     const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;

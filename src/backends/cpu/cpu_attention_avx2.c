@@ -187,3 +187,392 @@ float pl_cpu_att_softmax_avx2(float *x, int64_t n) {
     }
     return sum;
 }
+
+/* ---- llama.cpp's flash-attention numerics (small batches) -------------------
+ * See cpu_attention.c. Dots in ggml_vec_dot_f16 / _f32's order: 4 vectors of
+ * 8 partial sums over strides of 32, FMA'd in k order, then
+ *   x = (s0 + s2) + (s1 + s3),  t = x[0:4] + x[4:8],  (t0 + t1) + (t2 + t3). */
+
+PL_AI __m256 pl_dot_partials(const float *q, const char *k, const int f16, int64_t np) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int64_t i = 0; i < np; i += 32) {
+        s0 = _mm256_fmadd_ps(pl_ld8(k, i, f16), _mm256_loadu_ps(q + i), s0);
+        s1 = _mm256_fmadd_ps(pl_ld8(k, i + 8, f16), _mm256_loadu_ps(q + i + 8), s1);
+        s2 = _mm256_fmadd_ps(pl_ld8(k, i + 16, f16), _mm256_loadu_ps(q + i + 16), s2);
+        s3 = _mm256_fmadd_ps(pl_ld8(k, i + 24, f16), _mm256_loadu_ps(q + i + 24), s3);
+    }
+    return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+}
+
+/* The final reduction of 8 partial vectors at once: lane i of the result is
+ * ggml's reduction of a[i]. */
+PL_AI __m256 pl_reduce8_ggml(const __m256 a[8]) {
+    __m256 u[4];
+    PL_UNROLL
+    for (int i = 0; i < 4; i++)   /* [lo(a_i) + hi(a_i) | lo(a_i+4) + hi(a_i+4)] */
+        u[i] = _mm256_add_ps(_mm256_permute2f128_ps(a[i], a[i + 4], 0x20), _mm256_permute2f128_ps(a[i], a[i + 4], 0x31));
+    const __m256 h01 = _mm256_hadd_ps(u[0], u[1]), h23 = _mm256_hadd_ps(u[2], u[3]);
+    return _mm256_hadd_ps(h01, h23);   /* lanes 0-3: a0..a3, lanes 4-7: a4..a7 */
+}
+
+static float pl_dot_tail(const float *q, const char *k, bool f16, int64_t np, int64_t hd, float s) {
+    double sum = s;
+    for (int64_t i = np; i < hd; i++)
+        sum += (double)(q[i] * (f16 ? _cvtsh_ss(((const uint16_t *)k)[i]) : ((const float *)k)[i]));
+    return (float)sum;
+}
+
+void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
+                               float scale, float *S, int64_t ldS) {
+    const int64_t np = hd & ~(int64_t)31;
+    for (int r = 0; r < R; r++) {
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            __m256 a[8];
+            PL_UNROLL
+            for (int i = 0; i < 8; i++)
+                a[i] = f16 ? pl_dot_partials(q[r], k + (j + i) * ks, 1, np) : pl_dot_partials(q[r], k + (j + i) * ks, 0, np);
+            __m256 d = pl_reduce8_ggml(a);
+            if (np < hd) {
+                float t[8];
+                _mm256_storeu_ps(t, d);
+                for (int i = 0; i < 8; i++) t[i] = pl_dot_tail(q[r], k + (j + i) * ks, f16, np, hd, t[i]);
+                d = _mm256_loadu_ps(t);
+            }
+            _mm256_storeu_ps(S + r * ldS + j, _mm256_mul_ps(d, _mm256_set1_ps(scale)));
+        }
+        for (; j < n; j++) {
+            __m256 a[8];
+            a[0] = f16 ? pl_dot_partials(q[r], k + j * ks, 1, np) : pl_dot_partials(q[r], k + j * ks, 0, np);
+            for (int i = 1; i < 8; i++) a[i] = a[0];
+            float t[8];
+            _mm256_storeu_ps(t, pl_reduce8_ggml(a));
+            S[r * ldS + j] = pl_dot_tail(q[r], k + j * ks, f16, np, hd, t[0]) * scale;
+        }
+    }
+}
+
+/* exp over n floats (pl_exp8; scalar expf for the tail). */
+void pl_cpu_vexp_avx2(float *x, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, pl_exp8(_mm256_loadu_ps(x + i)));
+    for (; i < n; i++) x[i] = expf(x[i]);
+}
+
+/* The V recurrence of one query row over positions 0..n-1: e[j] >= 0 is vs
+ * (VKQ += v_j * vs), e[j] < 0 (sign bit) marks a new maximum with ms = -e[j]
+ * (VKQ *= ms, then VKQ += v_j). With an f16 cache VKQ is rounded to f16 after
+ * every step, as ggml's VKQ16. O = VKQ * inv. hd % 8 == 0. */
+PL_AI void pl_vkq_slice(const float *e, int64_t n, const char *v, size_t vs, const int f16, int64_t d0, const int DB,
+                        float inv, float *O) {
+    __m256 acc[8];
+    PL_UNROLL
+    for (int b = 0; b < DB; b++) acc[b] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const char *vr = v + j * vs;
+        float w = e[j];
+        if (signbit(w)) {
+            const __m256 ms = _mm256_set1_ps(-w);
+            PL_UNROLL
+            for (int b = 0; b < DB; b++) {
+                acc[b] = _mm256_mul_ps(acc[b], ms);
+                if (f16) acc[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(acc[b], _MM_FROUND_TO_NEAREST_INT));
+            }
+            w = 1.0f;
+        }
+        const __m256 wv = _mm256_set1_ps(w);
+        PL_UNROLL
+        for (int b = 0; b < DB; b++) {
+            acc[b] = _mm256_fmadd_ps(pl_ld8(vr, d0 + 8 * b, f16), wv, acc[b]);
+            if (f16) acc[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(acc[b], _MM_FROUND_TO_NEAREST_INT));
+        }
+    }
+    const __m256 iv = _mm256_set1_ps(inv);
+    PL_UNROLL
+    for (int b = 0; b < DB; b++) _mm256_storeu_ps(O + d0 + 8 * b, _mm256_mul_ps(acc[b], iv));
+}
+
+/* Two rows of one token at once: each V vector is loaded and converted once
+ * for both (the heads of a GQA group share the V rows). */
+PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, const int f16,
+                         int64_t d0, float inv0, float inv1, float *O0, float *O1) {
+    __m256 a0[4], a1[4];
+    PL_UNROLL
+    for (int b = 0; b < 4; b++) a0[b] = a1[b] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+        const char *vr = v + j * vs;
+        float w0 = e0[j], w1 = e1[j];
+        if (signbit(w0)) {
+            const __m256 ms = _mm256_set1_ps(-w0);
+            PL_UNROLL
+            for (int b = 0; b < 4; b++) {
+                a0[b] = _mm256_mul_ps(a0[b], ms);
+                if (f16) a0[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a0[b], _MM_FROUND_TO_NEAREST_INT));
+            }
+            w0 = 1.0f;
+        }
+        if (signbit(w1)) {
+            const __m256 ms = _mm256_set1_ps(-w1);
+            PL_UNROLL
+            for (int b = 0; b < 4; b++) {
+                a1[b] = _mm256_mul_ps(a1[b], ms);
+                if (f16) a1[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a1[b], _MM_FROUND_TO_NEAREST_INT));
+            }
+            w1 = 1.0f;
+        }
+        const __m256 wv0 = _mm256_set1_ps(w0), wv1 = _mm256_set1_ps(w1);
+        PL_UNROLL
+        for (int b = 0; b < 4; b++) {
+            const __m256 vv = pl_ld8(vr, d0 + 8 * b, f16);
+            a0[b] = _mm256_fmadd_ps(vv, wv0, a0[b]);
+            a1[b] = _mm256_fmadd_ps(vv, wv1, a1[b]);
+            if (f16) {
+                a0[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a0[b], _MM_FROUND_TO_NEAREST_INT));
+                a1[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a1[b], _MM_FROUND_TO_NEAREST_INT));
+            }
+        }
+    }
+    const __m256 i0 = _mm256_set1_ps(inv0), i1 = _mm256_set1_ps(inv1);
+    PL_UNROLL
+    for (int b = 0; b < 4; b++) {
+        _mm256_storeu_ps(O0 + d0 + 8 * b, _mm256_mul_ps(a0[b], i0));
+        _mm256_storeu_ps(O1 + d0 + 8 * b, _mm256_mul_ps(a1[b], i1));
+    }
+}
+
+void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
+                          float inv0, float inv1, float *O0, float *O1) {
+    for (int64_t d = 0; d < hd; d += 32) {
+        if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1);
+        else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1);
+    }
+}
+
+void pl_cpu_att_vkq_avx2(const float *e, int64_t n, const char *v, size_t vs, bool f16, int64_t hd, float inv,
+                         float *O) {
+    int64_t d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        if (f16) pl_vkq_slice(e, n, v, vs, 1, d, 8, inv, O);
+        else pl_vkq_slice(e, n, v, vs, 0, d, 8, inv, O);
+    }
+    for (; d + 8 <= hd; d += 8) {
+        if (f16) pl_vkq_slice(e, n, v, vs, 1, d, 1, inv, O);
+        else pl_vkq_slice(e, n, v, vs, 0, d, 1, inv, O);
+    }
+}
+
+/* ---- prefill: tiled ("flash") attention, AVX-512 ----------------------------
+ * For a block of R query rows sharing one KV head (the heads of a group for
+ * consecutive tokens), KV positions go in tiles of 64: the K tile is
+ * converted to f32 and transposed once ([d][64], so 64 scores of a row are 4
+ * vectors), scores for 6 rows at a time (24 accumulators), an online softmax
+ * per row (running max M and sum L; the row's output is rescaled when M
+ * grows), and O += P V with the V tile converted once (3 rows x 128 dims at a
+ * time for head_dim 128). Each K/V element is loaded and converted once per
+ * block of R rows. f32 throughout (as ggml's tiled path). */
+
+#define PL_FA_TILE 64
+#define PL_AVX512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq")))
+#define PL_AVX512_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq")))
+
+/* 8x8 transpose of floats: rows r0..r7 (8 each) -> columns. */
+PL_AVX512_AI void pl_tr8(__m256 r[8]) {
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20); r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20); r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31); r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31); r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* RB rows x 64 positions: S[r][0..64) = scale * q_r . KT[:, 0..64) */
+PL_AVX512_AI void pl_fa_scores(const int RB, const float *const *q, const float *KT, int64_t hd, float scale, float *S) {
+    __m512 acc[6][4];
+    PL_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_UNROLL
+        for (int b = 0; b < 4; b++) acc[r][b] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d++) {
+        const float *kt = KT + d * PL_FA_TILE;
+        const __m512 k0 = _mm512_loadu_ps(kt), k1 = _mm512_loadu_ps(kt + 16);
+        const __m512 k2 = _mm512_loadu_ps(kt + 32), k3 = _mm512_loadu_ps(kt + 48);
+        PL_UNROLL
+        for (int r = 0; r < RB; r++) {
+            const __m512 qv = _mm512_set1_ps(q[r][d]);
+            acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(qv, k1, acc[r][1]);
+            acc[r][2] = _mm512_fmadd_ps(qv, k2, acc[r][2]);
+            acc[r][3] = _mm512_fmadd_ps(qv, k3, acc[r][3]);
+        }
+    }
+    const __m512 sc = _mm512_set1_ps(scale);
+    PL_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_UNROLL
+        for (int b = 0; b < 4; b++) _mm512_storeu_ps(S + r * PL_FA_TILE + 16 * b, _mm512_mul_ps(acc[r][b], sc));
+}
+
+/* RB rows: O[r][0..hd) += sum_j P[r][j] V[j][0..hd), hd = 16 * NB */
+PL_AVX512_AI void pl_fa_pv(const int RB, const int NB, const float *P, int64_t nj, const float *V, int64_t hd, float *O) {
+    __m512 acc[6][8];
+    PL_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_UNROLL
+        for (int b = 0; b < NB; b++) acc[r][b] = _mm512_loadu_ps(O + r * hd + 16 * b);
+    for (int64_t j = 0; j < nj; j++) {
+        __m512 vv[8];
+        PL_UNROLL
+        for (int b = 0; b < NB; b++) vv[b] = _mm512_loadu_ps(V + j * hd + 16 * b);
+        PL_UNROLL
+        for (int r = 0; r < RB; r++) {
+            const __m512 p = _mm512_set1_ps(P[r * PL_FA_TILE + j]);
+            PL_UNROLL
+            for (int b = 0; b < NB; b++) acc[r][b] = _mm512_fmadd_ps(p, vv[b], acc[r][b]);
+        }
+    }
+    PL_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_UNROLL
+        for (int b = 0; b < NB; b++) _mm512_storeu_ps(O + r * hd + 16 * b, acc[r][b]);
+}
+
+PL_AVX512_AI __m512 pl_exp16(__m512 x) {
+    const __m256 lo = pl_exp8(_mm512_castps512_ps256(x));
+    const __m256 hi = pl_exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+size_t pl_cpu_att_flash_scratch(int R, int64_t hd) {
+    return ((size_t)hd * PL_FA_TILE * 2 + (size_t)R * (PL_FA_TILE + hd + 2)) * sizeof(float) + 256;
+}
+
+/* R (<= 256) query rows (q[r], row r sees positions 0..n_kv[r]-1) against the
+ * K/V head slices k, v (row strides ks, vs); out[r] gets the attention
+ * output. hd % 16 == 0, hd <= 128 * ... (NB <= 8: hd <= 128). */
+PL_AVX512 void pl_cpu_att_flash_avx512(int R, const float *const *q, const int64_t *n_kv, const char *k, size_t ks,
+                                       const char *v, size_t vs, bool f16, int64_t hd, float scale,
+                                       float *const *out, float *scratch) {
+    float *KT = scratch, *VT = KT + hd * PL_FA_TILE, *P = VT + hd * PL_FA_TILE;
+    float *O = P + (size_t)R * PL_FA_TILE, *M = O + (size_t)R * hd, *L = M + R;
+    int64_t max_kv = 0;
+    for (int r = 0; r < R; r++) {
+        M[r] = -INFINITY;
+        L[r] = 0.0f;
+        if (n_kv[r] > max_kv) max_kv = n_kv[r];
+    }
+    memset(O, 0, (size_t)R * hd * sizeof(float));
+    const int NB = (int)(hd / 16);
+    for (int64_t j0 = 0; j0 < max_kv; j0 += PL_FA_TILE) {
+        const int64_t nj = max_kv - j0 < PL_FA_TILE ? max_kv - j0 : PL_FA_TILE;
+        /* K tile -> KT[d][j] (f32), 8x8 blocks; positions past nj are 0 */
+        for (int64_t jb = 0; jb < PL_FA_TILE; jb += 8)
+            for (int64_t d = 0; d < hd; d += 8) {
+                __m256 t[8];
+                for (int i = 0; i < 8; i++)
+                    t[i] = jb + i < nj ? pl_ld8(k + (j0 + jb + i) * ks, d, f16 ? 1 : 0) : _mm256_setzero_ps();
+                pl_tr8(t);
+                for (int i = 0; i < 8; i++) _mm256_storeu_ps(KT + (d + i) * PL_FA_TILE + jb, t[i]);
+            }
+        /* V tile -> VT[j][d] (f32) */
+        for (int64_t j = 0; j < nj; j++)
+            for (int64_t d = 0; d < hd; d += 8)
+                _mm256_storeu_ps(VT + j * hd + d, pl_ld8(v + (j0 + j) * vs, d, f16 ? 1 : 0));
+        /* rows that see any position of this tile (a suffix-free set: rows
+         * are in token order within each head, so just test each) */
+        for (int r0 = 0; r0 < R; r0 += 6) {
+            const int RB = R - r0 < 6 ? R - r0 : 6;
+            bool any = false;
+            for (int r = r0; r < r0 + RB; r++) any |= n_kv[r] > j0;
+            if (!any) continue;
+            switch (RB) {
+                case 6: pl_fa_scores(6, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+                case 5: pl_fa_scores(5, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+                case 4: pl_fa_scores(4, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+                case 3: pl_fa_scores(3, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+                case 2: pl_fa_scores(2, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+                default: pl_fa_scores(1, q + r0, KT, hd, scale, P + r0 * PL_FA_TILE); break;
+            }
+        }
+        /* online softmax per row */
+        for (int r = 0; r < R; r++) {
+            float *p = P + r * PL_FA_TILE;
+            const int64_t vis = n_kv[r] - j0 < nj ? n_kv[r] - j0 : nj;   /* visible positions of this tile */
+            if (vis <= 0) {
+                memset(p, 0, PL_FA_TILE * sizeof(float));
+                continue;
+            }
+            const __mmask16 m0 = (__mmask16)(vis >= 16 ? 0xFFFF : (1u << vis) - 1);
+            const __mmask16 m1 = (__mmask16)(vis >= 32 ? 0xFFFF : vis <= 16 ? 0 : (1u << (vis - 16)) - 1);
+            const __mmask16 m2 = (__mmask16)(vis >= 48 ? 0xFFFF : vis <= 32 ? 0 : (1u << (vis - 32)) - 1);
+            const __mmask16 m3 = (__mmask16)(vis >= 64 ? 0xFFFF : vis <= 48 ? 0 : (1u << (vis - 48)) - 1);
+            const __m512 ninf = _mm512_set1_ps(-INFINITY);
+            __m512 s0 = _mm512_mask_loadu_ps(ninf, m0, p), s1 = _mm512_mask_loadu_ps(ninf, m1, p + 16);
+            __m512 s2 = _mm512_mask_loadu_ps(ninf, m2, p + 32), s3 = _mm512_mask_loadu_ps(ninf, m3, p + 48);
+            const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(s0, s1), _mm512_max_ps(s2, s3)));
+            const float Mnew = mx > M[r] ? mx : M[r];
+            const __m512 mv = _mm512_set1_ps(Mnew);
+            s0 = _mm512_maskz_mov_ps(m0, pl_exp16(_mm512_sub_ps(s0, mv)));
+            s1 = _mm512_maskz_mov_ps(m1, pl_exp16(_mm512_sub_ps(s1, mv)));
+            s2 = _mm512_maskz_mov_ps(m2, pl_exp16(_mm512_sub_ps(s2, mv)));
+            s3 = _mm512_maskz_mov_ps(m3, pl_exp16(_mm512_sub_ps(s3, mv)));
+            _mm512_storeu_ps(p, s0);
+            _mm512_storeu_ps(p + 16, s1);
+            _mm512_storeu_ps(p + 32, s2);
+            _mm512_storeu_ps(p + 48, s3);
+            const float psum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+            if (Mnew > M[r]) {
+                const float ms = M[r] == -INFINITY ? 0.0f : expf(M[r] - Mnew);
+                if (ms != 1.0f) {
+                    float *o = O + r * hd;
+                    const __m512 msv = _mm512_set1_ps(ms);
+                    for (int64_t d = 0; d < hd; d += 16) _mm512_storeu_ps(o + d, _mm512_mul_ps(_mm512_loadu_ps(o + d), msv));
+                }
+                L[r] *= ms;
+                M[r] = Mnew;
+            }
+            L[r] += psum;
+        }
+        /* O += P V */
+        const int RBV = NB <= 4 ? 6 : NB <= 6 ? 4 : 3;
+        for (int r0 = 0; r0 < R; r0 += RBV) {
+            const int RB = R - r0 < RBV ? R - r0 : RBV;
+            bool any = false;
+            for (int r = r0; r < r0 + RB; r++) any |= n_kv[r] > j0;
+            if (!any) continue;
+            const float *Pp = P + r0 * PL_FA_TILE;
+            float *Op = O + r0 * hd;
+#define PL_PV(rb, nb) pl_fa_pv(rb, nb, Pp, nj, VT, hd, Op)
+#define PL_PV_NB(rb)                                              \
+    switch (NB) {                                                 \
+        case 8: PL_PV(rb, 8); break;                              \
+        case 7: PL_PV(rb, 7); break;                              \
+        case 6: PL_PV(rb, 6); break;                              \
+        case 5: PL_PV(rb, 5); break;                              \
+        case 4: PL_PV(rb, 4); break;                              \
+        case 3: PL_PV(rb, 3); break;                              \
+        case 2: PL_PV(rb, 2); break;                              \
+        default: PL_PV(rb, 1); break;                             \
+    }
+            switch (RB) {
+                case 6: PL_PV_NB(6) break;
+                case 5: PL_PV_NB(5) break;
+                case 4: PL_PV_NB(4) break;
+                case 3: PL_PV_NB(3) break;
+                case 2: PL_PV_NB(2) break;
+                default: PL_PV_NB(1) break;
+            }
+#undef PL_PV_NB
+#undef PL_PV
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const float inv = L[r] == 0.0f ? 0.0f : 1.0f / L[r];
+        for (int64_t d = 0; d < hd; d++) out[r][d] = O[r * hd + d] * inv;
+    }
+}

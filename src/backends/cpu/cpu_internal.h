@@ -95,7 +95,8 @@ void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
  * of a dpbusd lane); stored vector-major ([v][g]), the order in which a
  * decode sweep reads them. Exactly the same numbers as the original blocks.
  * q6_K -> pl_q6kx8 likewise: low 4 bits as q4_K's nibbles, the high 2 bits of
- * chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes [group16][row].
+ * chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes [group16][row],
+ * the vectors in the order a decode sweep reads them.
  * f16 -> 16 rows interleaved per k: [panel][k][16] (an outer-product kernel
  * loads one vector of 16 rows per k and broadcasts the activation). */
 typedef struct pl_q4kx8 {
@@ -107,9 +108,13 @@ typedef struct pl_q4kx8 {
 typedef struct pl_q6kx8 {
     uint16_t d[8];              /* f16, per row */
     int8_t sc[16][8];           /* [group16][row] */
-    uint8_t ql[4][8][32];       /* [vector][group][4*row + e], as q4kx8.qs */
-    uint8_t qh[2][8][32];       /* [h][group][4*row + e]: 2 bits per chunk 4h + j */
+    /* low-bit vector v of group g: q[PL_Q6_QL(v)][g] (as q4kx8.qs); the 2
+     * high bits of chunk 4h + j at bits 2j: q[PL_Q6_QH(h)][g]. Ordered so a
+     * decode sweep (v = 0..3, each with its qh h = v / 2) reads forward. */
+    uint8_t q[6][8][32];
 } pl_q6kx8;
+#define PL_Q6_QL(v) ((v) + ((v) >= 1) + ((v) >= 3))
+#define PL_Q6_QH(h) ((h) ? 4 : 1)
 #define PL_F16X_ROWS 16
 
 /* Activation format of the prepared k-quant kernels: a q8_K block (bit-exact
@@ -237,6 +242,17 @@ void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t 
 void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
                             int64_t hd, float *O, bool accumulate);
 float pl_cpu_att_softmax_avx2(float *x, int64_t n);
+void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
+                               float scale, float *S, int64_t ldS);
+void pl_cpu_vexp_avx2(float *x, int64_t n);
+void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
+                          float inv0, float inv1, float *O0, float *O1);
+size_t pl_cpu_att_flash_scratch(int R, int64_t hd);
+void pl_cpu_att_flash_avx512(int R, const float *const *q, const int64_t *n_kv, const char *k, size_t ks,
+                             const char *v, size_t vs, bool f16, int64_t hd, float scale, float *const *out,
+                             float *scratch);
+void pl_cpu_att_vkq_avx2(const float *e, int64_t n, const char *v, size_t vs, bool f16, int64_t hd, float inv,
+                         float *O);
 double pl_cpu_sumsq_avx2(const float *x, int64_t n);
 void pl_cpu_scale_mul_avx2(const float *x, float s, const float *w, float *y, int64_t n);
 void pl_cpu_add_avx2(const float *a, const float *b, float *y, int64_t n);

@@ -38,10 +38,9 @@ void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K) {
     }
 }
 
+typedef int32_t pl_i32u __attribute__((aligned(1), may_alias));
 PL_VNNI_AI __m256i pl_bcast4(const void *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
+    return _mm256_set1_epi32(*(const pl_i32u *)p);   /* folds into an embedded {1to8} broadcast */
 }
 
 PL_VNNI_AI __m256i pl_dp(__m256i acc, __m256i w, const void *y) {
@@ -56,13 +55,12 @@ PL_VNNI_AI __m256i pl_sc8s(const int8_t *p) {   /* 8 i8 -> 8 x i32 */
     return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
 }
 
-/* Software prefetch of the block PL_PF_AHEAD blocks ahead of b in a decode
- * (gemv) sweep: the hardware streamers ramp up per 4 KiB page and stop at
- * page ends; a fixed distance ahead keeps enough misses in flight. */
-#include <stdlib.h>
-static int pl_prefetch_on = -1, PL_PF_BYTES = 4096;
-__attribute__((constructor)) static void pl_pf_init(void) { const char *e = getenv("PL_PF"); pl_prefetch_on = e ? atoi(e) : 1;
- e = getenv("PL_PFD"); if (e) PL_PF_BYTES = atoi(e); }
+/* Software prefetch, a fixed distance ahead of a decode (gemv) sweep. The
+ * q6_K sweep needs it (without it the hardware prefetchers leave it at a
+ * fraction of the streaming rate); for q4_K and f16 it measured slower. */
+#ifndef PL_PF_BYTES
+#define PL_PF_BYTES 2048
+#endif
 PL_VNNI_AI void pl_prefetch_ahead(const void *p, size_t bytes) {
     const char *c = (const char *)p + PL_PF_BYTES;
     for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T0);
@@ -78,7 +76,6 @@ PL_VNNI_AI void pl_q4k_gemv_panel(int64_t nb, const pl_q4kx8 *x, const pl_q8kx *
     for (int64_t b = 0; b < nb; b++) {
         const pl_q4kx8 *xb = x + b;
         const int8_t *q = y[b].b.qs;
-        if (pl_prefetch_on & 2) pl_prefetch_ahead(xb, sizeof *xb);
         __m256i acc[8];
         PL_UNROLL
         for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_si256();
@@ -204,7 +201,7 @@ PL_VNNI void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, in
  * transforms do each field move in one instruction but were slower here.) */
 PL_VNNI_AI void pl_q6_codes(const pl_q6kx8 *xb, int g, int v, __m256i qh, __m256i *lo, __m256i *hi) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    const __m256i l4 = _mm256_loadu_si256((const __m256i *)xb->ql[v][g]);
+    const __m256i l4 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QL(v)][g]);
     __m256i hl, hh;
     if (v & 1) {
         hl = _mm256_and_si256(qh, m30);                            /* bits 4-5 */
@@ -213,8 +210,9 @@ PL_VNNI_AI void pl_q6_codes(const pl_q6kx8 *xb, int g, int v, __m256i qh, __m256
         hl = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);      /* bits 0-1 */
         hh = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);      /* bits 2-3 */
     }
-    *lo = _mm256_or_si256(_mm256_and_si256(l4, m4), hl);
-    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l4, 4), m4), hh);
+    /* (x & 0x0F) | h in one ternary-logic op: imm 0xEA = (A & B) | C */
+    *lo = _mm256_ternarylogic_epi32(l4, m4, hl, 0xEA);
+    *hi = _mm256_ternarylogic_epi32(_mm256_srli_epi16(l4, 4), m4, hh, 0xEA);
 }
 
 PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *y, float *d) {
@@ -222,21 +220,25 @@ PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *
     for (int64_t b = 0; b < nb; b++) {
         const pl_q6kx8 *xb = x + b;
         const int8_t *q = y[b].b.qs;
-        if (pl_prefetch_on & 1) pl_prefetch_ahead(xb, sizeof *xb);
+        pl_prefetch_ahead(xb, sizeof *xb);
         /* acc[i]: sub-block of 16 i, started at -32 * bsum (the code offset) */
         __m256i acc[16];
         PL_UNROLL
         for (int i = 0; i < 16; i++) acc[i] = _mm256_set1_epi32(y[b].nb32[i]);
         PL_UNROLL
-        for (int v = 0; v < 4; v++) {
+        for (int h = 0; h < 2; h++) {
             PL_UNROLL
             for (int g = 0; g < 8; g++) {
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)xb->qh[v / 2][g]);
-                __m256i lo, hi;
-                pl_q6_codes(xb, g, v, qh, &lo, &hi);
-                const int i = 2 * g + v / 2;
-                acc[i] = pl_dp(acc[i], lo, q + 32 * g + 8 * v);
-                acc[i] = pl_dp(acc[i], hi, q + 32 * g + 8 * v + 4);
+                /* one qh vector serves the low-bit vectors v = 2h, 2h + 1 */
+                const __m256i qh = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(h)][g]);
+                const int i = 2 * g + h;
+                PL_UNROLL
+                for (int v = 2 * h; v < 2 * h + 2; v++) {
+                    __m256i lo, hi;
+                    pl_q6_codes(xb, g, v, qh, &lo, &hi);
+                    acc[i] = pl_dp(acc[i], lo, q + 32 * g + 8 * v);
+                    acc[i] = pl_dp(acc[i], hi, q + 32 * g + 8 * v + 4);
+                }
             }
         }
         __m256i sumi = _mm256_mullo_epi32(acc[0], pl_sc8s(xb->sc[0]));
@@ -266,8 +268,8 @@ PL_VNNI_AI void pl_q6k_gemm_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *
                 a0[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g]);
                 a1[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g + 1]);
             }
-            const __m256i qh0 = _mm256_loadu_si256((const __m256i *)xb->qh[0][g]);
-            const __m256i qh1 = _mm256_loadu_si256((const __m256i *)xb->qh[1][g]);
+            const __m256i qh0 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(0)][g]);
+            const __m256i qh1 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(1)][g]);
             PL_UNROLL
             for (int v = 0; v < 2; v++) {
                 __m256i lo0, hi0, lo1, hi1;
@@ -334,7 +336,6 @@ PL_VNNI_AI void pl_f16_gemv_panels(int64_t K, const uint16_t *w, size_t panel_el
         PL_UNROLL
         for (int p = 0; p < P; p++) {
             const uint16_t *wk = w + p * panel_elems + k * PL_F16X_ROWS;
-            if ((pl_prefetch_on & 4) && !(k & 1)) _mm_prefetch((const char *)wk + PL_PF_BYTES, _MM_HINT_T0);
             acc[p][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wk)), av, acc[p][0]);
             acc[p][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wk + 8))), av, acc[p][1]);
         }

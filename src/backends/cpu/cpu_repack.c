@@ -72,10 +72,19 @@ size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w) {
 
 /* ---- the layouts ------------------------------------------------------------*/
 
+static inline uint32_t pl_ld32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline void pl_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* Four codes (bytes) at a time: the 4 elements of a chunk of one row are 4
+ * consecutive bytes both in the original blocks and in the layout. */
 static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q4kx8 *out) {
     for (int64_t b = 0; b < nb; b++) {
         pl_q4kx8 *o = &out[b];
-        memset(o, 0, sizeof *o);
         for (int r = 0; r < 8; r++) {
             const block_q4_K *x = (const block_q4_K *)(src + r * row_bytes) + b;
             o->d[r] = x->d;
@@ -85,41 +94,43 @@ static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, pl_
                 pl_q4k_scale_min(g, x->scales, &sc, &m);
                 o->sc[g][r] = sc;
                 o->m[g / 2][r][g & 1] = m;
-                for (int k = 0; k < 32; k++) {
-                    const int q = (x->qs[32 * (g / 2) + k] >> (4 * (g & 1))) & 0xF;
-                    const int c = k / 4, e = k % 4;
-                    o->qs[c / 2][g][4 * r + e] |= (uint8_t)(q << (4 * (c & 1)));
+                const uint8_t *q = x->qs + 32 * (g / 2);   /* group g: nibble g & 1 of these 32 bytes */
+                for (int v = 0; v < 4; v++) {
+                    const uint32_t w0 = pl_ld32(q + 8 * v), w1 = pl_ld32(q + 8 * v + 4);
+                    const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
+                    const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
+                    pl_st32(&o->qs[v][g][4 * r], lo | hi << 4);
                 }
             }
         }
     }
 }
 
-/* q6_K code (0..63) of element e of a block. */
-static inline int pl_q6k_code_at(const block_q6_K *b, int e) {
-    const int h = e / 128, l = e % 32, quarter = (e % 128) / 32;
-    const uint8_t *ql = b->ql + 64 * h;
-    const uint8_t *qh = b->qh + 32 * h;
-    int lo = (quarter & 1) ? ql[l + 32] : ql[l];
-    lo = (quarter & 2) ? lo >> 4 : lo & 0xF;
-    return lo | (((qh[l] >> (2 * quarter)) & 3) << 4);
-}
-
+/* q6_K: element 32g + l (g = 4h + quarter) has its low 4 bits in nibble
+ * quarter / 2 of ql[64h + 32 (quarter & 1) + l] and its top 2 bits at bits
+ * 2 quarter of qh[32h + l]. */
 static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q6kx8 *out) {
     for (int64_t b = 0; b < nb; b++) {
         pl_q6kx8 *o = &out[b];
-        memset(o, 0, sizeof *o);
         for (int r = 0; r < 8; r++) {
             const block_q6_K *x = (const block_q6_K *)(src + r * row_bytes) + b;
             o->d[r] = x->d;
             for (int i = 0; i < 16; i++) o->sc[i][r] = x->scales[i];
-            for (int g = 0; g < 8; g++)
-                for (int k = 0; k < 32; k++) {
-                    const int q = pl_q6k_code_at(x, 32 * g + k);
-                    const int c = k / 4, e = k % 4;
-                    o->ql[c / 2][g][4 * r + e] |= (uint8_t)((q & 0xF) << (4 * (c & 1)));
-                    o->qh[c / 4][g][4 * r + e] |= (uint8_t)((q >> 4) << (2 * (c & 3)));
+            for (int g = 0; g < 8; g++) {
+                const int h = g / 4, quarter = g % 4;
+                const uint8_t *ql = x->ql + 64 * h + 32 * (quarter & 1), *qh = x->qh + 32 * h;
+                const int ls = 4 * (quarter >> 1), hs = 2 * quarter;
+                for (int v = 0; v < 4; v++) {
+                    const uint32_t lo = (pl_ld32(ql + 8 * v) >> ls) & 0x0F0F0F0Fu;
+                    const uint32_t hi = (pl_ld32(ql + 8 * v + 4) >> ls) & 0x0F0F0F0Fu;
+                    pl_st32(&o->q[PL_Q6_QL(v)][g][4 * r], lo | hi << 4);
                 }
+                for (int hh = 0; hh < 2; hh++) {
+                    uint32_t w = 0;
+                    for (int jj = 0; jj < 4; jj++) w |= ((pl_ld32(qh + 16 * hh + 4 * jj) >> hs) & 0x03030303u) << (2 * jj);
+                    pl_st32(&o->q[PL_Q6_QH(hh)][g][4 * r], w);
+                }
+            }
         }
     }
 }
@@ -268,8 +279,8 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
                 const float d = pl_f16_to_f32(x[b].d[l]);
                 for (int k = 0; k < QK_K; k++) {
                     const int g = k / 32, c = (k % 32) / 4, e = k % 4;
-                    const int lo = (x[b].ql[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
-                    const int hi = (x[b].qh[c / 4][g][4 * l + e] >> (2 * (c & 3))) & 3;
+                    const int lo = (x[b].q[PL_Q6_QL(c / 2)][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                    const int hi = (x[b].q[PL_Q6_QH(c / 4)][g][4 * l + e] >> (2 * (c & 3))) & 3;
                     const int q = (lo | (hi << 4)) - 32;
                     out[k] = d * x[b].sc[k / 16][l] * q;
                 }

@@ -1,0 +1,316 @@
+/*
+ * The cpu backend's fast paths that test_ops (one kernel call on a bare
+ * context) does not reach:
+ *   - prepared (repacked) weights: matmul with a prepared q4_K / q6_K / f16
+ *     weight against ref and against the same context without preparation,
+ *     for 1 (decode) and many (prefill) activation rows, batched == one row
+ *     at a time bit for bit; get_rows from a prepared table == ref exactly;
+ *     the "copied" callback covers every byte of every original;
+ *   - the graph executor's fusions (q/k/v group; gate/up + SwiGLU) against
+ *     the per-node loop, bit for bit;
+ *   - the prefill attention kernel (>= 64 query tokens) against ref;
+ *   - the thread pool's elastic jobs: every chunk done once, jobs sequential.
+ * Parts that need the prepared kernels' CPU features report themselves
+ * skipped elsewhere.
+ */
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "ophelpers.h"
+#include "backends/cpu/cpu_internal.h"
+#include "core/cpu_features.h"
+#include "core/threadpool.h"
+#include "graph/graph.h"
+#include "kernels/abi.h"
+#include "quant/quant.h"
+
+extern const pl_backend pl_backend_cpu;
+
+static pl_status run_on(const pl_backend *b, pl_exec_ctx *ctx, const pl_node *n) {
+    const pl_kernel *k = pl_backend_lookup(b, n->op, pl_node_key_dtype(n));
+    if (!k) return PL_ERR_UNSUPPORTED;
+    return k->run(ctx, n);
+}
+
+static pl_status run_ref(const pl_node *n) {
+    const pl_backend *ref = pl_backend_find("ref");
+    pl_exec_ctx *ctx = NULL;
+    pl_status st = ref->ctx_create(1, &ctx);
+    if (st != PL_OK) return st;
+    st = run_on(ref, ctx, n);
+    ref->ctx_free(ctx);
+    return st;
+}
+
+static pl_exec_ctx *cpu_ctx(int nth, size_t work) {
+    pl_exec_ctx *ctx = NULL;
+    if (pl_backend_cpu.ctx_create(nth, &ctx) != PL_OK) return NULL;
+    ctx->work_size = work;
+    ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
+    return ctx;
+}
+
+static void cpu_ctx_free(pl_exec_ctx *ctx) {
+    if (!ctx) return;
+    free(ctx->work);
+    ctx->work = NULL;
+    pl_backend_cpu.ctx_free(ctx);
+}
+
+/* the copied() callback: marks the bytes it is told about */
+typedef struct copy_log { const char *base; size_t size; unsigned char *seen; } copy_log;
+static void on_copied(void *user, const void *p, size_t bytes) {
+    copy_log *l = user;
+    const char *c = p;
+    if (c >= l->base && c + bytes <= l->base + l->size) memset(l->seen + (c - l->base), 1, bytes);
+}
+
+static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
+    pl_rng r = {(uint64_t)dt * 7919 + (uint64_t)K};
+    const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
+    float *wf = malloc((size_t)(K * N) * sizeof(float));
+    pl_fill_normal(&r, wf, K * N, 1.0f);
+    char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    for (int64_t n = 0; n < N; n++) pl_quantize_row(dt, wf + n * K, wq + n * row, K);
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+
+    const int64_t M = 37;
+    float *x = malloc((size_t)(K * M) * sizeof(float));
+    pl_fill_normal(&r, x, K * M, 1.0f);
+    float *y_ref = malloc((size_t)(N * M) * 4), *y_plain = malloc((size_t)(N * M) * 4), *y_prep = malloc((size_t)(N * M) * 4);
+    float *y_one = malloc((size_t)N * 4);
+    pl_tensor tx, ty;
+    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
+    const size_t work = k->work_size(&nd, 2);
+
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_ref);
+    CHECK(run_ref(&nd) == PL_OK, "ref matmul %s", pl_dtype_name(dt));
+    pl_exec_ctx *plain = cpu_ctx(2, work), *prep = cpu_ctx(2, work);
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_plain);
+    CHECK(run_on(&pl_backend_cpu, plain, &nd) == PL_OK, "plain cpu matmul");
+
+    const size_t psz = pl_backend_cpu.weight_prepare_size(prep, &w);
+    if (!psz) {
+        printf("prepared %s: not on this cpu (skipped)\n", pl_dtype_name(dt));
+    } else {
+        copy_log log = {wq, wbytes, calloc(wbytes, 1)};
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, on_copied, &log) == PL_OK, "prepare %s", pl_dtype_name(dt));
+        size_t missed = 0;
+        for (size_t i = 0; i < wbytes; i++) missed += !log.seen[i];
+        CHECK(missed == 0, "%s: copied() reported every byte of the original (%zu missed)", pl_dtype_name(dt), missed);
+        free(log.seen);
+        CHECK(pl_cpu_packed_find(prep, &w) != NULL, "the copy is found by the tensor");
+        pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_prep);
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared cpu matmul");
+        const double e_ref = pl_nmse(y_prep, y_ref, N * M), e_plain = pl_nmse(y_prep, y_plain, N * M);
+        CHECK(e_ref < 5e-4, "%s K=%lld N=%lld: prepared vs ref nmse %g", pl_dtype_name(dt), (long long)K, (long long)N, e_ref);
+        CHECK(e_plain < 1e-9, "%s: prepared vs unprepared cpu nmse %g", pl_dtype_name(dt), e_plain);
+        /* batched == alone: each activation row through the decode path */
+        bool same = true;
+        for (int64_t m = 0; m < M && same; m++) {
+            pl_tensor x1, y1;
+            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
+            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "prepared matmul, one row");
+            same = memcmp(y_one, y_prep + m * N, (size_t)N * 4) == 0;
+        }
+        CHECK(same, "%s: one activation row gives bit for bit the batched result", pl_dtype_name(dt));
+        /* get_rows from the prepared table */
+        const int64_t n_ids = 5;
+        int32_t ids[5] = {0, (int32_t)(N - 1), (int32_t)(N / 2), 7, (int32_t)(N / 3)};
+        pl_tensor tid, tg1, tg2;
+        float *g1 = malloc((size_t)(K * n_ids) * 4), *g2 = malloc((size_t)(K * n_ids) * 4);
+        pl_tensor_init(&tid, PL_I32, 1, (int64_t[]){n_ids}, ids);
+        pl_tensor_init(&tg1, PL_F32, 2, (int64_t[]){K, n_ids}, g1);
+        pl_tensor_init(&tg2, PL_F32, 2, (int64_t[]){K, n_ids}, g2);
+        pl_node gr = {.op = PL_OP_GET_ROWS, .src = {&w, &tid}, .dst = &tg1};
+        CHECK(run_ref(&gr) == PL_OK, "ref get_rows");
+        gr.dst = &tg2;
+        CHECK(run_on(&pl_backend_cpu, prep, &gr) == PL_OK, "cpu get_rows, prepared table");
+        CHECK(memcmp(g1, g2, (size_t)(K * n_ids) * 4) == 0, "%s: get_rows from the copy == ref, bit for bit", pl_dtype_name(dt));
+        free(g1);
+        free(g2);
+    }
+    cpu_ctx_free(plain);
+    cpu_ctx_free(prep);
+    free(wf); free(wq); free(x); free(y_ref); free(y_plain); free(y_prep); free(y_one);
+}
+
+/* q/k/v group and gate/up + SwiGLU through the graph executor vs per node */
+static void test_fusion(pl_dtype dt) {
+    const int64_t K = 512, N = 256, M = 9;
+    pl_rng r = {42 + (uint64_t)dt};
+    const size_t row = pl_dtype_row_size(dt, K);
+    char *wq[3];
+    pl_tensor w[3];
+    float *wf = malloc((size_t)(K * N) * 4);
+    for (int i = 0; i < 3; i++) {
+        pl_fill_normal(&r, wf, K * N, 1.0f);
+        wq[i] = aligned_alloc(64, row * (size_t)N);
+        for (int64_t n = 0; n < N; n++) pl_quantize_row(dt, wf + n * K, wq[i] + n * row, K);
+        pl_tensor_init(&w[i], dt, 2, (int64_t[]){K, N}, wq[i]);
+        w[i].buffer = PL_BUF_WEIGHTS;
+    }
+    float *x = malloc((size_t)(K * M) * 4);
+    pl_fill_normal(&r, x, K * M, 1.0f);
+    for (int pass = 0; pass < 2; pass++) {   /* 0: three matmuls; 1: gate, up, swiglu */
+        float *out[2][3];
+        for (int run = 0; run < 2; run++) {   /* 0: per node, 1: graph executor */
+            pl_graph g;
+            pl_graph_init(&g, 32, 8);
+            pl_tensor tx;
+            pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+            pl_tensor *xi = pl_graph_external(&g, &tx);
+            pl_tensor *a = pl_op_matmul(&g, pl_graph_external(&g, &w[0]), xi);
+            pl_tensor *b = pl_op_matmul(&g, pl_graph_external(&g, &w[1]), xi);
+            pl_tensor *c = pass ? pl_op_swiglu(&g, a, b) : pl_op_matmul(&g, pl_graph_external(&g, &w[2]), xi);
+            pl_graph_keep(&g, a);
+            pl_graph_keep(&g, b);
+            pl_graph_keep(&g, c);
+            const size_t scratch = pl_graph_plan(&g);
+            void *mem = aligned_alloc(64, scratch + 64);
+            pl_graph_apply_plan(&g, &g, mem, scratch);
+            size_t work = 0;
+            pl_graph_work_size(&g, &pl_backend_cpu, 2, &work);
+            pl_exec_ctx *ctx = cpu_ctx(2, work);
+            if (pl_backend_cpu.weight_prepare_size(ctx, &w[0])) {
+                const pl_tensor *ws[3] = {&w[0], &w[1], &w[2]};
+                pl_backend_cpu.weight_prepare(ctx, ws, 3, NULL, NULL);
+            }
+            pl_status st = PL_OK;
+            if (run == 0) {
+                for (int i = 0; i < g.n_nodes && st == PL_OK; i++) st = run_on(&pl_backend_cpu, ctx, &g.nodes[i]);
+            } else {
+                st = pl_graph_execute(&g, ctx);
+            }
+            CHECK(st == PL_OK, "fusion pass %d run %d: %s", pass, run, pl_last_error());
+            pl_tensor *res[3] = {a, b, c};
+            for (int i = 0; i < 3; i++) {
+                out[run][i] = malloc((size_t)(N * M) * 4);
+                memcpy(out[run][i], res[i]->data, (size_t)(N * M) * 4);
+            }
+            cpu_ctx_free(ctx);
+            free(mem);
+            pl_graph_free(&g);
+        }
+        for (int i = 0; i < 3; i++) {
+            CHECK(memcmp(out[0][i], out[1][i], (size_t)(N * M) * 4) == 0, "%s %s: output %d of the fused run == per node",
+                  pl_dtype_name(dt), pass ? "gate/up/swiglu" : "q/k/v", i);
+            free(out[0][i]);
+            free(out[1][i]);
+        }
+    }
+    for (int i = 0; i < 3; i++) free(wq[i]);
+    free(wf);
+    free(x);
+}
+
+/* prefill attention (the tiled kernel on AVX-512 machines) vs ref */
+static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
+    pl_rng r = {(uint64_t)(hd * 1000 + nt + p0)};
+    const int64_t n_ctx = p0 + nt + 7, n_seq = 2;
+    float *q = malloc((size_t)(hd * nh * nt) * 4);
+    pl_fill_normal(&r, q, hd * nh * nt, 1.0f);
+    const size_t esz = cache == PL_F16 ? 2 : 4;
+    const int64_t kvd = nkv * hd;
+    char *kc = malloc((size_t)(kvd * n_ctx * n_seq) * esz), *vc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
+    float *tmp = malloc((size_t)kvd * 4);
+    for (int64_t i = 0; i < n_ctx * n_seq; i++) {
+        pl_fill_normal(&r, tmp, kvd, 1.0f);
+        pl_quantize_row(cache, tmp, kc + i * kvd * esz, kvd);
+        pl_fill_normal(&r, tmp, kvd, 1.0f);
+        pl_quantize_row(cache, tmp, vc + i * kvd * esz, kvd);
+    }
+    int32_t *pos = malloc((size_t)nt * 4), *seq = malloc((size_t)nt * 4);
+    for (int64_t t = 0; t < nt; t++) {   /* two sequences: slot 1 for the last quarter */
+        const bool s1 = t >= nt - nt / 4;
+        pos[t] = (int32_t)(s1 ? t - (nt - nt / 4) : p0 + t);
+        seq[t] = s1;
+    }
+    pl_tensor tq, tk, tv, tp, ts, td1, td2;
+    pl_tensor_init(&tq, PL_F32, 3, (int64_t[]){hd, nh, nt}, q);
+    pl_tensor_init(&tk, cache, 3, (int64_t[]){kvd, n_ctx, n_seq}, kc);
+    pl_tensor_init(&tv, cache, 3, (int64_t[]){kvd, n_ctx, n_seq}, vc);
+    pl_tensor_init(&tp, PL_I32, 1, (int64_t[]){nt}, pos);
+    pl_tensor_init(&ts, PL_I32, 1, (int64_t[]){nt}, seq);
+    float *d1 = malloc((size_t)(hd * nh * nt) * 4), *d2 = malloc((size_t)(hd * nh * nt) * 4);
+    pl_tensor_init(&td1, PL_F32, 2, (int64_t[]){hd * nh, nt}, d1);
+    pl_tensor_init(&td2, PL_F32, 2, (int64_t[]){hd * nh, nt}, d2);
+    pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td1};
+    nd.iparams[0] = (int32_t)nkv;
+    nd.fparams[0] = 1.0f / sqrtf((float)hd);
+    CHECK(run_ref(&nd) == PL_OK, "ref attention");
+    nd.dst = &td2;
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_ATTENTION, cache);
+    pl_exec_ctx *ctx = cpu_ctx(2, k->work_size(&nd, 2));
+    CHECK(run_on(&pl_backend_cpu, ctx, &nd) == PL_OK, "cpu attention");
+    const double e = pl_nmse(d2, d1, hd * nh * nt);
+    CHECK(e < 1e-9, "attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld: nmse %g", pl_dtype_name(cache),
+          (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
+    cpu_ctx_free(ctx);
+    free(q); free(kc); free(vc); free(tmp); free(pos); free(seq); free(d1); free(d2);
+}
+
+typedef struct el_job {
+    atomic_llong next;
+    int64_t n;
+    atomic_int *hits;
+    long long round;
+    int bad;
+} el_job;
+
+static void el_task(void *arg, int ith, int nth) {
+    el_job *j = arg;
+    (void)ith; (void)nth;
+    for (int64_t i = atomic_fetch_add(&j->next, 1); i < j->n; i = atomic_fetch_add(&j->next, 1))
+        if (atomic_fetch_add(&j->hits[i], 1) != j->round) j->bad = 1;
+}
+
+static void test_elastic_pool(void) {
+    for (int nth = 1; nth <= 3; nth++) {
+        pl_threadpool *p = NULL;
+        CHECK(pl_threadpool_create(nth, &p) == PL_OK, "pool %d", nth);
+        el_job j;
+        j.n = 64;
+        j.hits = calloc((size_t)j.n, sizeof *j.hits);
+        j.bad = 0;
+        const int rounds = 3000;
+        for (int it = 0; it < rounds; it++) {
+            atomic_init(&j.next, 0);
+            j.round = it;
+            if (it % 3 == 2) pl_threadpool_run(p, el_task, &j);   /* mixed with plain jobs */
+            else pl_threadpool_run_elastic(p, el_task, &j);
+        }
+        bool ok = !j.bad;
+        for (int64_t i = 0; i < j.n; i++) ok &= atomic_load(&j.hits[i]) == rounds;
+        CHECK(ok, "elastic jobs, %d threads: every item done exactly once per job, jobs in order", nth);
+        free(j.hits);
+        pl_threadpool_free(p);
+    }
+}
+
+int main(void) {
+    printf("cpu: %s; prepared kernels %s\n", pl_cpu_features_get()->description,
+           pl_cpu_has_vnni512() ? "on" : "off (this cpu lacks AVX-512 VNNI)");
+    test_prepared_matmul(PL_Q4_K, 512, 64);
+    test_prepared_matmul(PL_Q4_K, 1024, 136);
+    test_prepared_matmul(PL_Q6_K, 768, 48);
+    test_prepared_matmul(PL_F16, 200, 80);
+    test_prepared_matmul(PL_F16, 1024, 48);
+    test_fusion(PL_Q4_K);
+    test_fusion(PL_F16);
+    test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
+    test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
+    test_attention_prefill(PL_F32, 64, 6, 3, 70, 5);
+    test_attention_prefill(PL_F16, 96, 4, 4, 64, 130);
+    test_elastic_pool();
+    return pl_test_summary("test_cpu_backend");
+}
