@@ -15,7 +15,7 @@
 # the mean over rounds (and stddev), the ratio PocketLLM / llama.cpp, the
 # decode bandwidth (bytes read per token x tok/s) against the streaming-read
 # ceiling of this machine measured in the same run (bench/stream_read.c, best
-# of 4 KiB and 2 MiB pages, before and after the engines), and PocketLLM's
+# of 4 KiB and 2 MiB pages, before every model and at the end), and PocketLLM's
 # peak RSS against file size + KV cache + 10%.
 #
 # Environment: THREADS ("1 2"), P (512), N (128), ROUNDS (3), POCKETLLM
@@ -51,8 +51,8 @@ trap 'rm -rf "$work"' EXIT
 cc -O2 -mavx2 -pthread "$here/stream_read.c" -o "$work/stream_read" 2>/dev/null ||
   cc -O2 -pthread "$here/stream_read.c" -o "$work/stream_read"
 stream() {   # threads -> appends JSON lines to $work/stream.jsonl
-  "$work/stream_read" "$1" 1024 5 --json | sed "s/^{/{\"pages\": \"4k\", /" >> "$work/stream.jsonl"
-  STREAM_HUGE=1 "$work/stream_read" "$1" 1024 5 --json | sed "s/^{/{\"pages\": \"2m\", /" >> "$work/stream.jsonl"
+  "$work/stream_read" "$1" 1024 8 --json | sed "s/^{/{\"pages\": \"4k\", /" >> "$work/stream.jsonl"
+  STREAM_HUGE=1 "$work/stream_read" "$1" 1024 8 --json | sed "s/^{/{\"pages\": \"2m\", /" >> "$work/stream.jsonl"
 }
 
 run_llama() {   # model threads round
@@ -93,8 +93,8 @@ EOF
 
 : > "$work/results.jsonl"
 : > "$work/stream.jsonl"
-for t in $THREADS; do stream "$t"; done
 for model in "$@"; do
+  for t in $THREADS; do stream "$t"; done   # the ceiling: measured before every model and at the end
   for t in $THREADS; do
     for ((r = 0; r < ROUNDS; r++)); do
       echo "# $(basename "$model") threads=$t round $((r + 1))/$ROUNDS (load $(cut -d' ' -f1 /proc/loadavg))" >&2
@@ -181,6 +181,6 @@ else:
     w = [max(len(l[i]) for l in lines) for i in range(len(hdr))]
     for l in lines:
         print(sep.join(x.ljust(w[i]) for i, x in enumerate(l)))
-print("\nstreaming-read ceiling (best of 4 KiB / 2 MiB pages, before and after): " +
+print("\nstreaming-read ceiling (best pass; 4 KiB and 2 MiB pages; measured before every model and at the end): " +
       ", ".join("%d thread(s) %.1f GB/s" % (t, c) for t, c in sorted(ceiling.items())))
 EOF

@@ -97,7 +97,7 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
 
     const size_t psz = pl_backend_cpu.weight_prepare_size(prep, &w);
     if (!psz) {
-        printf("prepared %s: not on this cpu (skipped)\n", pl_dtype_name(dt));
+        printf("prepared %s [%lld, %lld]: no prepared layout here (skipped)\n", pl_dtype_name(dt), (long long)K, (long long)N);
     } else {
         copy_log log = {wq, wbytes, calloc(wbytes, 1)};
         const pl_tensor *ws[1] = {&w};
@@ -303,8 +303,8 @@ int main(void) {
     test_prepared_matmul(PL_Q4_K, 512, 64);
     test_prepared_matmul(PL_Q4_K, 1024, 136);
     test_prepared_matmul(PL_Q6_K, 768, 48);
-    test_prepared_matmul(PL_F16, 200, 80);
-    test_prepared_matmul(PL_F16, 1024, 48);
+    test_prepared_matmul(PL_F16, 200, 192);
+    test_prepared_matmul(PL_F16, 1024, 128);
     test_fusion(PL_Q4_K);
     test_fusion(PL_F16);
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);

@@ -31,6 +31,16 @@
  * "online" path), so the logits stay close to llama.cpp's for longer; only
  * exp differs in its last bits (a vector exp). Larger batches (prefill) use
  * f32 throughout, as ggml's tiled path does; an f32 cache uses f32 in both.
+ *
+ * Three implementations, by batch size and CPU:
+ *   - online (fewer than PL_ATT_ONLINE_TOK tokens): per token and KV head,
+ *     the heads of the group together (one K/V load for both), as above;
+ *   - tiled (prefill, AVX-512, head_dim % 16 == 0 and <= 128): tasks of
+ *     PL_ATT_FLASH_ROWS query rows; KV positions in tiles of 64, each K tile
+ *     converted and transposed once, scores 6 rows x 64 positions in
+ *     registers, an online softmax per row, then O += P V (cpu_attention_avx2.c);
+ *   - two-pass (prefill otherwise), described above.
+ * PL_CPU_FA=0 / PL_CPU_FLASH=0 switch the first two off (measurements).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -150,7 +160,7 @@ typedef struct pl_att_job {
     int64_t tb;          /* tokens per task */
     int64_t n_blocks;    /* token blocks */
     float scale;
-    bool f16, avx2, online, flash;
+    bool f16, avx2, avx512, online, flash;
     char *scratch;
     size_t per_thread;
     int64_t n_tasks;
@@ -308,8 +318,9 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
 #if PL_CPU_HAVE_AVX2_BUILD
     if (j->avx2 && hd % 32 == 0)   /* two heads at a time: one V load for both */
         for (; r + 2 <= R; r += 2)
-            pl_cpu_att_vkq2_avx2(S + r * ldS, S + (r + 1) * ldS, n, vbase, v->nb[1], j->f16, hd, inv[r], inv[r + 1],
-                                 o0 + r * hd, o0 + (r + 1) * hd);
+            (j->avx512 ? pl_cpu_att_vkq2_avx512 : pl_cpu_att_vkq2_avx2)(S + r * ldS, S + (r + 1) * ldS, n, vbase, v->nb[1],
+                                                                          j->f16, hd, inv[r], inv[r + 1], o0 + r * hd,
+                                                                          o0 + (r + 1) * hd);
 #endif
     for (; r < R; r++) {
 #if PL_CPU_HAVE_AVX2_BUILD
@@ -453,8 +464,11 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     job.scale = node->fparams[0];
     job.f16 = k->dtype == PL_F16;
     job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
-    job.online = job.n_tok < PL_ATT_ONLINE_TOK;
-    job.flash = !job.online && pl_att_use_flash(node);
+    job.avx512 = job.avx2 && pl_cpu_has_vnni512();
+    static int sw_fa = -1, sw_flash = -1;
+    if (sw_fa < 0) sw_fa = pl_cpu_switch("PL_CPU_FA"), sw_flash = pl_cpu_switch("PL_CPU_FLASH");
+    job.online = sw_fa && job.n_tok < PL_ATT_ONLINE_TOK;
+    job.flash = sw_flash && !job.online && pl_att_use_flash(node);
     job.per_thread = pl_att_per_thread(node);
     job.tb = job.flash ? pl_att_flash_tb(job.group) : pl_att_tb(job.group);
     job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;

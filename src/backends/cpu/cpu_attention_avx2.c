@@ -295,17 +295,17 @@ PL_AI void pl_vkq_slice(const float *e, int64_t n, const char *v, size_t vs, con
 /* Two rows of one token at once: each V vector is loaded and converted once
  * for both (the heads of a GQA group share the V rows). */
 PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, const int f16,
-                         int64_t d0, float inv0, float inv1, float *O0, float *O1) {
-    __m256 a0[4], a1[4];
+                         int64_t d0, float inv0, float inv1, float *O0, float *O1, const int DB) {
+    __m256 a0[8], a1[8];
     PL_UNROLL
-    for (int b = 0; b < 4; b++) a0[b] = a1[b] = _mm256_setzero_ps();
+    for (int b = 0; b < DB; b++) a0[b] = a1[b] = _mm256_setzero_ps();
     for (int64_t j = 0; j < n; j++) {
         const char *vr = v + j * vs;
         float w0 = e0[j], w1 = e1[j];
         if (signbit(w0)) {
             const __m256 ms = _mm256_set1_ps(-w0);
             PL_UNROLL
-            for (int b = 0; b < 4; b++) {
+            for (int b = 0; b < DB; b++) {
                 a0[b] = _mm256_mul_ps(a0[b], ms);
                 if (f16) a0[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a0[b], _MM_FROUND_TO_NEAREST_INT));
             }
@@ -314,7 +314,7 @@ PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char
         if (signbit(w1)) {
             const __m256 ms = _mm256_set1_ps(-w1);
             PL_UNROLL
-            for (int b = 0; b < 4; b++) {
+            for (int b = 0; b < DB; b++) {
                 a1[b] = _mm256_mul_ps(a1[b], ms);
                 if (f16) a1[b] = _mm256_cvtph_ps(_mm256_cvtps_ph(a1[b], _MM_FROUND_TO_NEAREST_INT));
             }
@@ -322,7 +322,7 @@ PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char
         }
         const __m256 wv0 = _mm256_set1_ps(w0), wv1 = _mm256_set1_ps(w1);
         PL_UNROLL
-        for (int b = 0; b < 4; b++) {
+        for (int b = 0; b < DB; b++) {
             const __m256 vv = pl_ld8(vr, d0 + 8 * b, f16);
             a0[b] = _mm256_fmadd_ps(vv, wv0, a0[b]);
             a1[b] = _mm256_fmadd_ps(vv, wv1, a1[b]);
@@ -334,7 +334,7 @@ PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char
     }
     const __m256 i0 = _mm256_set1_ps(inv0), i1 = _mm256_set1_ps(inv1);
     PL_UNROLL
-    for (int b = 0; b < 4; b++) {
+    for (int b = 0; b < DB; b++) {
         _mm256_storeu_ps(O0 + d0 + 8 * b, _mm256_mul_ps(a0[b], i0));
         _mm256_storeu_ps(O1 + d0 + 8 * b, _mm256_mul_ps(a1[b], i1));
     }
@@ -343,8 +343,24 @@ PL_AI void pl_vkq_slice2(const float *e0, const float *e1, int64_t n, const char
 void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
                           float inv0, float inv1, float *O0, float *O1) {
     for (int64_t d = 0; d < hd; d += 32) {
-        if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1);
-        else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1);
+        if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1, 4);
+        else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1, 4);
+    }
+}
+
+/* With AVX-512VL's 32 registers: 64-dim slices, 16 independent rounding
+ * chains (the f32 -> f16 -> f32 round trip is latency-bound with fewer). */
+__attribute__((target("avx512f,avx512vl"))) void pl_cpu_att_vkq2_avx512(const float *e0, const float *e1, int64_t n,
+                                                                       const char *v, size_t vs, bool f16, int64_t hd,
+                                                                       float inv0, float inv1, float *O0, float *O1) {
+    int64_t d = 0;
+    for (; d + 64 <= hd; d += 64) {
+        if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1, 8);
+        else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1, 8);
+    }
+    for (; d < hd; d += 32) {
+        if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1, 4);
+        else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1, 4);
     }
 }
 

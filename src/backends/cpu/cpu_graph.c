@@ -75,9 +75,11 @@ static int pl_try_group(pl_exec_ctx *ctx, const pl_graph *g, int i, pl_status *s
 
 pl_status pl_cpu_graph_execute(pl_exec_ctx *ctx, const pl_graph *g) {
     const pl_backend *b = ctx->backend;
+    static int fuse = -1;
+    if (fuse < 0) fuse = pl_cpu_switch("PL_CPU_FUSE");
     for (int i = 0; i < g->n_nodes;) {
         pl_status st = PL_OK;
-        const int used = pl_try_group(ctx, g, i, &st);
+        const int used = fuse ? pl_try_group(ctx, g, i, &st) : 0;
         if (st != PL_OK) return st;
         if (used > 0) {
             i += used;

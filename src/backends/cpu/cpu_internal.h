@@ -97,8 +97,10 @@ void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
  * q6_K -> pl_q6kx8 likewise: low 4 bits as q4_K's nibbles, the high 2 bits of
  * chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes [group16][row],
  * the vectors in the order a decode sweep reads them.
- * f16 -> 16 rows interleaved per k: [panel][k][16] (an outer-product kernel
- * loads one vector of 16 rows per k and broadcasts the activation). */
+ * f16 -> 64 rows interleaved per k: [group of 64 rows][k][64]; a kernel panel
+ * is 16 of those rows (one vector of 16 per k, the activation broadcast: an
+ * outer product), and a decode sweep over the 4 panels of a group reads one
+ * contiguous stream. */
 typedef struct pl_q4kx8 {
     uint16_t d[8], dmin[8];     /* f16, per row */
     uint8_t sc[8][8];           /* [group][row] */
@@ -115,7 +117,11 @@ typedef struct pl_q6kx8 {
 } pl_q6kx8;
 #define PL_Q6_QL(v) ((v) + ((v) >= 1) + ((v) >= 3))
 #define PL_Q6_QH(h) ((h) ? 4 : 1)
-#define PL_F16X_ROWS 16
+#define PL_F16X_ROWS 16      /* rows per kernel panel */
+#define PL_F16X_GROUP 64     /* rows interleaved per k in the layout */
+/* First element of f16 panel p (16 rows) of a K-column prepared weight; its
+ * next k is PL_F16X_GROUP elements further. */
+#define PL_F16X_PANEL(K, p) ((size_t)((p) / 4) * (size_t)(K) * PL_F16X_GROUP + (size_t)((p) % 4) * PL_F16X_ROWS)
 
 /* Activation format of the prepared k-quant kernels: a q8_K block (bit-exact
  * with quantize_row_q8_K) plus its sums per 32 (bsum32[g] = bsums[2g] +
@@ -159,8 +165,10 @@ pl_status pl_cpu_weight_prepare(pl_exec_ctx *ctx, const pl_tensor *const *ws, in
 void pl_cpu_packed_free(pl_cpu_ctx *c);
 /* Whether the prepared kernels can run here (AVX-512 F/BW/VL/VNNI + AVX2). */
 bool pl_cpu_has_vnni512(void);
-/* PL_CPU_REPACK=0 turns weight preparation off (for before/after numbers). */
+/* PL_CPU_REPACK=0 turns weight preparation off (for before/after numbers);
+ * pl_cpu_switch(name): false when the environment variable name is "0". */
 bool pl_cpu_repack_enabled(void);
+bool pl_cpu_switch(const char *name);
 
 /* Matmul with a prepared weight (cpu_packed.c); a group of up to
  * PL_CPU_MM_GROUP_MAX matmuls reading the same activations (converted once,
@@ -247,6 +255,8 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
 void pl_cpu_vexp_avx2(float *x, int64_t n);
 void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
                           float inv0, float inv1, float *O0, float *O1);
+void pl_cpu_att_vkq2_avx512(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
+                            float inv0, float inv1, float *O0, float *O1);
 size_t pl_cpu_att_flash_scratch(int R, int64_t hd);
 void pl_cpu_att_flash_avx512(int R, const float *const *q, const int64_t *n_kv, const char *k, size_t ks,
                              const char *v, size_t vs, bool f16, int64_t hd, float scale, float *const *out,

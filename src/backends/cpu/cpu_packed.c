@@ -186,6 +186,8 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
         int64_t want = nth == 1 ? 1 : M == 1 ? 4 * nth : (8 * nth + n_act - 1) / n_act;
         mt->panels_per_chunk = (mt->n_panels + want - 1) / want;
         if (mt->panels_per_chunk < (M == 1 ? 2 : 1)) mt->panels_per_chunk = M == 1 ? 2 : 1;
+        /* f16: whole 64-row groups (4 panels), one contiguous stream each */
+        if (pks[i]->kind == PL_PACK_F16_X16) mt->panels_per_chunk = (mt->panels_per_chunk + 3) / 4 * 4;
         mt->n_panel_chunks = (mt->n_panels + mt->panels_per_chunk - 1) / mt->panels_per_chunk;
         mt->first_chunk = total;
         if (!swiglu || i == 0) total += mt->n_panel_chunks * n_act;

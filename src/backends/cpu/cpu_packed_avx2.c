@@ -325,17 +325,18 @@ PL_VNNI void pl_cpu_gemm_q6kx8_vnni(int64_t K, const pl_q6kx8 *w, int64_t p0, in
 
 /* ---- f16 x16 ------------------------------------------------------------------*/
 
-/* P panels (16 rows each, P*2 accumulator chains) x 1 activation row. */
-PL_VNNI_AI void pl_f16_gemv_panels(int64_t K, const uint16_t *w, size_t panel_elems, const float *a, float *d,
-                                   const int P) {
+/* P consecutive panels of one 64-row group (16 rows each, P*2 accumulator
+ * chains) x 1 activation row: w points at the first panel's first element,
+ * so the P panels of a k are P*32 contiguous bytes: one stream. */
+PL_VNNI_AI void pl_f16_gemv_panels(int64_t K, const uint16_t *w, const float *a, float *d, const int P) {
     __m256 acc[4][2];
     PL_UNROLL
     for (int p = 0; p < P; p++) acc[p][0] = acc[p][1] = _mm256_setzero_ps();
-    for (int64_t k = 0; k < K; k++) {
+    for (int64_t k = 0; k < K; k++, w += PL_F16X_GROUP) {
         const __m256 av = _mm256_set1_ps(a[k]);
         PL_UNROLL
         for (int p = 0; p < P; p++) {
-            const uint16_t *wk = w + p * panel_elems + k * PL_F16X_ROWS;
+            const uint16_t *wk = w + p * PL_F16X_ROWS;
             acc[p][0] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wk)), av, acc[p][0]);
             acc[p][1] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wk + 8))), av, acc[p][1]);
         }
@@ -357,7 +358,7 @@ PL_VNNI_AI void pl_f16_gemm_panel(int64_t KB, const uint16_t *w, const float *ap
     __m512 acc[24];
     _Pragma("GCC unroll 32")
     for (int c = 0; c < R; c++) acc[c] = accumulate ? _mm512_loadu_ps(d + c * ldd) : _mm512_setzero_ps();
-    for (int64_t k = 0; k < KB; k++, w += PL_F16X_ROWS, ap += R) {
+    for (int64_t k = 0; k < KB; k++, w += PL_F16X_GROUP, ap += R) {
         const __m512 wv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)w));
         _Pragma("GCC unroll 32")
         for (int c = 0; c < R; c++) acc[c] = _mm512_fmadd_ps(wv, _mm512_set1_ps(ap[c]), acc[c]);
@@ -372,12 +373,21 @@ PL_VNNI_AI void pl_f16_gemm_panel(int64_t KB, const uint16_t *w, const float *ap
 
 PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
-    const size_t pe = (size_t)K * PL_F16X_ROWS;
     if (c1 - c0 == 1) {
         const float *ar = (const float *)((const char *)a + c0 * as);
-        int64_t p = p0;
-        for (; p + 4 <= p1; p += 4) pl_f16_gemv_panels(K, w + p * pe, pe, ar, dst + c0 * N + 16 * p, 4);
-        for (; p < p1; p++) pl_f16_gemv_panels(K, w + p * pe, pe, ar, dst + c0 * N + 16 * p, 1);
+        for (int64_t p = p0; p < p1;) {
+            /* the rest of p's 64-row group, at most */
+            const int P = (int)(4 - p % 4 < p1 - p ? 4 - p % 4 : p1 - p);
+            const uint16_t *wp = w + PL_F16X_PANEL(K, p);
+            float *dp = dst + c0 * N + 16 * p;
+            switch (P) {
+                case 4: pl_f16_gemv_panels(K, wp, ar, dp, 4); break;
+                case 3: pl_f16_gemv_panels(K, wp, ar, dp, 3); break;
+                case 2: pl_f16_gemv_panels(K, wp, ar, dp, 2); break;
+                default: pl_f16_gemv_panels(K, wp, ar, dp, 1); break;
+            }
+            p += P;
+        }
         return;
     }
     static _Thread_local float ap[PL_F16_CMAX * PL_F16_KB] __attribute__((aligned(64)));
@@ -395,7 +405,7 @@ PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, i
                 }
             }
             for (int64_t p = p0; p < p1; p++) {
-                const uint16_t *wp = w + p * pe + k0 * PL_F16X_ROWS;
+                const uint16_t *wp = w + PL_F16X_PANEL(K, p) + k0 * PL_F16X_GROUP;
                 for (int64_t c = cb; c < ce; c += PL_F16_RMAX) {
                     const int R = ce - c < PL_F16_RMAX ? (int)(ce - c) : PL_F16_RMAX;
                     const float *t = ap + (c - cb) * KB;

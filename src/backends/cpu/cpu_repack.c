@@ -34,12 +34,19 @@ bool pl_cpu_has_vnni512(void) {
 #endif
 }
 
+/* Switches for before/after measurements (bench/RESULTS.md), read once:
+ * PL_CPU_REPACK=0 (no prepared weights), PL_CPU_FUSE=0 (no fused node
+ * groups), PL_CPU_FLASH=0 (the two-pass prefill attention instead of the
+ * tiled one), PL_CPU_FA=0 (f32 two-pass attention for small batches too,
+ * instead of llama.cpp's flash-attention numerics). All default to on. */
+bool pl_cpu_switch(const char *name) {
+    const char *e = getenv(name);
+    return !(e && e[0] == '0');
+}
+
 bool pl_cpu_repack_enabled(void) {
     static int cached = -1;
-    if (cached < 0) {
-        const char *e = getenv("PL_CPU_REPACK");
-        cached = !(e && e[0] == '0');
-    }
+    if (cached < 0) cached = pl_cpu_switch("PL_CPU_REPACK");
     return cached;
 }
 
@@ -50,7 +57,7 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
     switch (w->dtype) {
         case PL_Q4_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q4K_X8 : PL_PACK_NONE;
         case PL_Q6_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q6K_X8 : PL_PACK_NONE;
-        case PL_F16: return K % 8 == 0 && N % PL_F16X_ROWS == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
+        case PL_F16: return K % 8 == 0 && N % PL_F16X_GROUP == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -136,9 +143,9 @@ static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, pl_
 }
 
 static void pl_pack_f16_panel(const char *src, size_t row_bytes, int64_t K, uint16_t *out) {
-    for (int r = 0; r < PL_F16X_ROWS; r++) {
+    for (int r = 0; r < PL_F16X_GROUP; r++) {
         const uint16_t *x = (const uint16_t *)(src + r * row_bytes);
-        for (int64_t k = 0; k < K; k++) out[k * PL_F16X_ROWS + r] = x[k];
+        for (int64_t k = 0; k < K; k++) out[k * PL_F16X_GROUP + r] = x[k];
     }
 }
 
@@ -157,7 +164,7 @@ static void pl_pack_task(void *arg, int ith, int nth) {
     const pl_pack_job *j = arg;
     const pl_tensor *w = j->w;
     const int64_t K = w->ne[0], N = w->ne[1];
-    const int rows = j->pk->kind == PL_PACK_F16_X16 ? PL_F16X_ROWS : 8;
+    const int rows = j->pk->kind == PL_PACK_F16_X16 ? PL_F16X_GROUP : 8;
     const int64_t n_panels = N / rows;
     int64_t lo, hi;
     pl_cpu_split(n_panels, ith, nth, &lo, &hi);
@@ -303,9 +310,9 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
             break;
         }
         case PL_PACK_F16_X16: {
-            const uint16_t *w = (const uint16_t *)pk->data + (size_t)(r / PL_F16X_ROWS) * (size_t)K * PL_F16X_ROWS +
-                                r % PL_F16X_ROWS;
-            for (int64_t k = 0; k < K; k++) out[k] = pl_f16_to_f32(w[k * PL_F16X_ROWS]);
+            const uint16_t *w = (const uint16_t *)pk->data + (size_t)(r / PL_F16X_GROUP) * (size_t)K * PL_F16X_GROUP +
+                                r % PL_F16X_GROUP;
+            for (int64_t k = 0; k < K; k++) out[k] = pl_f16_to_f32(w[k * PL_F16X_GROUP]);
             break;
         }
         default: break;
