@@ -19,7 +19,9 @@
  *  - graph capture and replay with changing inputs (a decode step's
  *    kv_store + attention as positions advance, rms_norm + matmul);
  *  - device-side input checks surface at the next download and then clear;
- *  - a tiny model on cuda against cpu when the engine integration is in.
+ *  - a tiny model on cuda against cpu (the engine's path: weights uploaded
+ *    once, inputs up and logits down per call), and a plan larger than the
+ *    device refused before loading (PL_ERR_DOES_NOT_FIT naming the device).
  *
  * Modes: `test_cuda --bandwidth` prints copy bandwidths; `test_cuda --perf`
  * times Qwen3-0.6B/1.7B-shaped matmuls and attention (used by
@@ -92,9 +94,10 @@ static void test_table(void) {
         CHECK(ref && pl_backend_supports(ref, k->op, k->key), "ref covers %s %s", s->name, pl_dtype_name(k->key));
     }
     const pl_backend *reg = pl_backend_find("cuda");
-    CHECK(reg != NULL, "the registry lists cuda");
-    if (reg && reg->n_kernels) CHECK(reg == &pl_backend_cuda, "the registry's cuda is the loader's backend");
-    if (reg && !reg->n_kernels) printf("  note: the registry still lists the declared cuda entry (integration patch not applied)\n");
+    CHECK(reg == &pl_backend_cuda, "the registry's cuda is the loader's backend");
+    CHECK(b->device && b->device->mem_info && b->device->buffer_alloc && b->device->buffer_free && b->device->upload &&
+              b->device->download && b->device->synchronize && b->graph_execute,
+          "the cuda backend has device ops and graph_execute");
 }
 
 /* ---- loading ------------------------------------------------------------------------------------ */
@@ -779,12 +782,27 @@ static void test_model_on_cuda(bool have_gpu) {
     pl_status st = pl_model_load(path, &mp, &m);
     if (st != PL_OK) {
         printf("  load on cuda: %s\n", pl_last_error());
-        CHECK(!have_gpu || strstr(pl_last_error(), "not available in this build"),
-              "a GPU is here and the engine is integrated, but loading failed: %s", pl_last_error());
-        CHECK(st == PL_ERR_UNSUPPORTED && strstr(pl_last_error(), "cuda"), "clear error for --device cuda: %d %s",
-              (int)st, pl_last_error());
+        CHECK(!have_gpu, "a GPU is here, but loading failed: %s", pl_last_error());
+        CHECK(st == PL_ERR_UNSUPPORTED && strstr(pl_last_error(), "cuda") && !strchr(pl_last_error(), '\n'),
+              "clear one-line error for --device cuda: %d %s", (int)st, pl_last_error());
+        CHECK(m == NULL, "no model on failure");
         return;
     }
+    CHECK(have_gpu, "loaded on cuda without a GPU?");
+    /* A plan larger than the device (a 2^24-token context x 64 slots: about
+     * 2 TiB of KV cache for this model): refused before any allocation,
+     * naming the device and the byte breakdown. */
+    pl_model_params big = mp;
+    big.n_ctx = 1 << 24;
+    big.n_seq = 64;
+    big.n_batch = 64;
+    pl_model *mb = NULL;
+    pl_status bst = pl_model_load(path, &big, &mb);
+    CHECK(bst == PL_ERR_DOES_NOT_FIT && !mb && strstr(pl_last_error(), "'cuda'") &&
+              strstr(pl_last_error(), "KV cache") && strstr(pl_last_error(), "MiB free"),
+          "a model larger than the GPU: %d %s", (int)bst, pl_last_error());
+    printf("  too large for the GPU: %s\n", pl_last_error());
+    pl_model_free(mb);
     /* Integrated and on a GPU: a few decode steps against cpu. */
     pl_model_params cp = mp;
     cp.device = "cpu";

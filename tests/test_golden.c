@@ -6,9 +6,19 @@
  *  - a mismatch below M means the sequences legitimately parted: stop there;
  *  - up to that point the logits of the golden top-20 ids are within tol.
  * Prints per-fixture agreement figures (steps compared, max logit diff).
+ *
+ * Devices: PL_GOLDEN_DEVICES (comma-separated; default ref,cpu,cuda). A
+ * device whose probe says it is not on this machine (cuda without a GPU, or
+ * a build without the CUDA module) is skipped with that reason; on a device
+ * backend, a fixture whose weight types it has no kernels for is skipped
+ * with the loader's message (host backends must run every fixture).
+ * PL_GOLDEN_SKIP_MISSING=1 skips fixtures whose model file is absent (a tree
+ * slimmed by scripts/gpu-slim.sh) instead of failing.
  */
 #include "testutil.h"
 #include "pocketllm.h"
+#include "kernels/abi.h"
+#include <unistd.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -61,6 +71,12 @@ static void run_fixture(const fixture *fx, const char *device) {
     snprintf(gpath, sizeof gpath, "%s", pl_fixture("golden/"));
     strncat(gpath, fx->name, sizeof gpath - strlen(gpath) - 8);
     strcat(gpath, ".json");
+    const char *skip_missing = getenv("PL_GOLDEN_SKIP_MISSING");
+    if (skip_missing && *skip_missing && strcmp(skip_missing, "0") && access(path, R_OK) != 0) {
+        printf("%-26s %-4s skipped: %s is absent (PL_GOLDEN_SKIP_MISSING)\n", fx->name, device, path);
+        return;
+    }
+    const pl_backend *be = pl_backend_find(device);
 
     json_error_t jerr;
     json_t *root = json_load_file(gpath, 0, &jerr);
@@ -73,6 +89,11 @@ static void run_fixture(const fixture *fx, const char *device) {
     mp.n_threads = 2;
     pl_model *m = NULL;
     pl_status st = pl_model_load(path, &mp, &m);
+    if (st == PL_ERR_UNSUPPORTED && be && be->device && strstr(pl_last_error(), "which backend")) {
+        printf("%-26s %-4s skipped: %s\n", fx->name, device, pl_last_error());
+        json_decref(root);
+        return;
+    }
     CHECK(st == PL_OK, "%s on %s: load failed: %s", fx->name, device, pl_last_error());
     if (st != PL_OK) { json_decref(root); return; }
 
@@ -150,7 +171,7 @@ static void run_fixture(const fixture *fx, const char *device) {
 int main(int argc, char **argv) {
     const char *devs_env = getenv("PL_GOLDEN_DEVICES");
     char devs[256];
-    snprintf(devs, sizeof devs, "%s", devs_env ? devs_env : "ref,cpu");
+    snprintf(devs, sizeof devs, "%s", devs_env ? devs_env : "ref,cpu,cuda");
     const char *only = argc > 1 ? argv[1] : NULL;
 #ifdef PL_TEST_SANITIZED
     /* Under ASan+UBSan (a Debug build, ~20x slower) the Release run already
@@ -162,7 +183,13 @@ int main(int argc, char **argv) {
     max_cases = 2;
 #endif
     char *save = NULL;
-    for (char *d = strtok_r(devs, ",", &save); d; d = strtok_r(NULL, ",", &save))
+    for (char *d = strtok_r(devs, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
+        const pl_backend *b = pl_backend_find(d);
+        char detail[512] = "";
+        if (b && b->probe && !b->probe(detail, sizeof detail)) { /* e.g. cuda on a machine without a GPU */
+            printf("test_golden: device %s: not available here (%s), skipped\n", d, detail);
+            continue;
+        }
         for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++)
         {
             bool pick = !only || strstr(fixtures[i].name, only);
@@ -173,5 +200,6 @@ int main(int argc, char **argv) {
 #endif
             if (pick) run_fixture(&fixtures[i], d);
         }
+    }
     return pl_test_summary("test_golden");
 }

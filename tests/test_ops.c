@@ -18,12 +18,19 @@
  * against hand-computed values. If no other backend has kernels yet, ref is
  * run against itself as a smoke test (determinism, guards, sanitizers).
  *
- * `test_ops --perf` instead times every op on every backend for Qwen3-0.6B
- * shapes (not run by ctest).
+ * Device backends (pl_backend.device, i.e. cuda): each case's buffers,
+ * guards included, are mirrored to device buffers and the results copied
+ * back, so the same checks apply; without the device (its probe says so)
+ * the backend is skipped with "not available here". PL_OPS_BACKENDS=a,b
+ * restricts the run to those backends (scripts/gpu-check.sh: cuda).
+ *
+ * `test_ops --perf` instead times every op on every host backend for
+ * Qwen3-0.6B shapes (not run by ctest; test_cuda --perf times cuda).
  */
 #include "testutil.h"
 #include "ophelpers.h"
 #include "kernels/abi.h"
+#include "kernels/device.h"
 #include "quant/quant.h"
 #include "core/fp16.h"
 #include "pocketllm.h"
@@ -379,6 +386,50 @@ static bool guards_ok(const unsigned char *base, size_t size) {
     return true;
 }
 
+/* Device backends read device memory only: the case's buffers (guards
+ * included) are mirrored to the device, the kernel runs there, and the
+ * output, the work buffer and the inputs come back into their host buffers,
+ * so run_case's checks apply unchanged (guard bytes the kernel overwrote on
+ * the device show up in the host copy; an input the kernel modified on the
+ * device shows up as a modified host input). */
+static pl_status run_on_device(const op_case *c, const pl_kernel *k, pl_exec_ctx *ctx, const pl_node *hnode,
+                               unsigned char *work, size_t ws, unsigned char *out) {
+    const pl_device_ops *dv = ctx->backend->device;
+    pl_tensor t[PL_MAX_SRC + 1];
+    void *dbuf[PL_MAX_SRC + 2] = {0};   /* the case's slots (srcs, DST), then the work buffer */
+    pl_node node = *hnode;
+    pl_status st = PL_OK;
+    for (int s = 0; s <= DST + 1 && st == PL_OK; s++) {
+        const bool is_work = s == DST + 1;
+        if (!is_work && !c->buf[s].base) continue;
+        const size_t n = (is_work ? ws : c->buf[s].size) + 2 * GUARD;
+        const unsigned char *src = is_work ? work : s == DST ? out : c->buf[s].base;
+        st = dv->buffer_alloc(ctx, PL_BUF_SCRATCH, n, &dbuf[s]);
+        if (st == PL_OK) st = dv->upload(ctx, dbuf[s], src, n);
+        if (st != PL_OK || is_work) continue;
+        t[s] = s == DST ? *hnode->dst : c->t[s];
+        t[s].data = (unsigned char *)dbuf[s] + GUARD;
+        if (s == DST) node.dst = &t[s];
+        else node.src[s] = &t[s];
+    }
+    if (st == PL_OK) {
+        ctx->work = ws ? (unsigned char *)dbuf[DST + 1] + GUARD : NULL;
+        ctx->work_size = ws;
+        st = k->run(ctx, &node);
+        ctx->work = NULL;
+        ctx->work_size = 0;
+        /* download waits for the kernel and reports what it found on the device */
+        pl_status d = dv->download(ctx, out, dbuf[DST], c->buf[DST].size + 2 * GUARD);
+        if (st == PL_OK) st = d;
+        if (st == PL_OK) st = dv->download(ctx, work, dbuf[DST + 1], ws + 2 * GUARD);
+        for (int s = 0; s < DST && st == PL_OK; s++)
+            if (dbuf[s]) st = dv->download(ctx, c->buf[s].base, dbuf[s], c->buf[s].size + 2 * GUARD);
+    }
+    for (int s = 0; s <= DST + 1; s++)
+        if (dbuf[s]) dv->buffer_free(ctx, dbuf[s]);
+    return st;
+}
+
 /* Runs kernel k of backend ctx on case c, on fresh copies of the output. */
 static run_out run_case(const op_case *c, const pl_kernel *k, pl_exec_ctx *ctx, const char *who) {
     run_out o = {0};
@@ -395,11 +446,15 @@ static run_out run_case(const op_case *c, const pl_kernel *k, pl_exec_ctx *ctx, 
     const size_t ws = k->work_size ? k->work_size(&node, ctx->n_threads) : 0;
     unsigned char *work = malloc(ws + 2 * GUARD);
     memset(work, GUARD_BYTE, ws + 2 * GUARD);
-    ctx->work = ws ? work + GUARD : NULL;
-    ctx->work_size = ws;
-    o.st = k->run(ctx, &node);
-    ctx->work = NULL;
-    ctx->work_size = 0;
+    if (ctx->backend && ctx->backend->device) {
+        o.st = run_on_device(c, k, ctx, &node, work, ws, o.dst);
+    } else {
+        ctx->work = ws ? work + GUARD : NULL;
+        ctx->work_size = ws;
+        o.st = k->run(ctx, &node);
+        ctx->work = NULL;
+        ctx->work_size = 0;
+    }
 
     o.ok = true;
     if (!guards_ok(work, ws)) {
@@ -989,6 +1044,19 @@ static void test_ref_known(void) {
 
 /* ---- the cross-backend run -----------------------------------------------------*/
 
+/* Is name one of the comma-separated list? */
+static bool name_in_list(const char *name, const char *list) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return true;
+        if (!e) break;
+        p = e + 1;
+    }
+    return false;
+}
+
 static void test_backends(void) {
     const pl_backend *ref = pl_backend_find("ref");
     pl_exec_ctx *ref_ctx = NULL;
@@ -996,6 +1064,9 @@ static void test_backends(void) {
         CHECK(0, "cannot create a ref context");
         return;
     }
+    /* PL_OPS_BACKENDS=cuda,cpu: only those backends (scripts/gpu-check.sh
+     * runs cuda alone; the cpu backend is covered by the ordinary run). */
+    const char *only = getenv("PL_OPS_BACKENDS");
     int n_tested = 0;
     for (int pass = 0; pass < 2; pass++) {
         for (const pl_backend *const *bp = pl_backends(); *bp; bp++) {
@@ -1003,15 +1074,25 @@ static void test_backends(void) {
             /* pass 0: every backend but ref; pass 1 (only if pass 0 found
              * none with kernels): ref against itself, as a smoke test */
             if ((pass == 0) == (b == ref)) continue;
+            if (only && *only && pass == 0 && !name_in_list(b->name, only)) {
+                printf("  backend %s: not in PL_OPS_BACKENDS=%s, skipped\n", b->name, only);
+                continue;
+            }
             if (pass == 0 && (!b->n_kernels || !b->ctx_create)) {
                 printf("  backend %s: no kernels yet, skipped\n", b->name);
                 continue;
             }
             if (pass == 1) printf("  no other backend has kernels: running ref against itself (smoke test)\n");
             static const int thread_counts[2] = {1, 3};
-            for (int ti = 0; ti < (b == ref ? 1 : 2); ti++) {
+            /* a device backend ignores the thread count: one run */
+            for (int ti = 0; ti < (b == ref || b->device ? 1 : 2); ti++) {
                 pl_exec_ctx *ctx = NULL;
                 if (b->ctx_create(thread_counts[ti], &ctx) != PL_OK) {
+                    char detail[512] = "";
+                    if (b->probe && !b->probe(detail, sizeof detail)) { /* no such device on this machine */
+                        printf("  backend %s: not available here (%s), skipped\n", b->name, detail);
+                        break;
+                    }
                     CHECK(0, "%s: ctx_create(%d) failed: %s", b->name, thread_counts[ti], pl_last_error());
                     continue;
                 }
@@ -1055,7 +1136,7 @@ static void perf_case(op_case *c, double flops) {
     for (const pl_backend *const *bp = pl_backends(); *bp; bp++) {
         const pl_backend *b = *bp;
         const pl_kernel *k = pl_backend_lookup(b, c->op, pl_node_key_dtype(&c->node));
-        if (!k || !b->ctx_create) continue;
+        if (!k || !b->ctx_create || b->device) continue;   /* device backends: test_cuda --perf */
         long nproc = sysconf(_SC_NPROCESSORS_ONLN);
         pl_exec_ctx *ctx = NULL;
         if (b->ctx_create(nproc > 0 ? (int)nproc : 1, &ctx) != PL_OK) continue;

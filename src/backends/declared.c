@@ -1,5 +1,6 @@
 /*
- * Backends PocketLLM targets but has no kernels for yet. Each is listed,
+ * Backends PocketLLM targets but has no kernels for yet (and the CUDA probe,
+ * which the cuda backend's loader, backends/cuda/cuda_loader.c, uses). Each is listed,
  * never silently missing: it names the runtime it waits for, and its probe
  * says whether the device is present — by looking at the filesystem only, so
  * `pocketllm devices` works on a machine with a broken driver install.
@@ -74,10 +75,6 @@ static bool probe_mps(char *detail, size_t cap) {
     return probe_paths(detail, cap, dev, NULL, "Metal");
 }
 
-const pl_backend pl_backend_cuda_declared = {
-    .name = "cuda", .summary = "NVIDIA GPUs, sm_75 and newer (CUDA C kernels)",
-    .awaits = "the CUDA backend's kernels (issue: CUDA backend); needs the NVIDIA driver and CUDA runtime",
-    .probe = pl_probe_cuda};
 const pl_backend pl_backend_ascend = {
     .name = "ascend", .summary = "Huawei Ascend 310B NPU",
     .awaits = "Huawei CANN (ascend-toolkit, AscendCL) and kernels written against it",

@@ -387,6 +387,23 @@ pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit
 
 pl_status pl_device_free_memory(const char *device, uint64_t *out) {
     const char *d = device && *device ? device : "cpu";
+    const pl_backend *b = pl_backend_find(d);
+    if (b && b->device && b->ctx_create) {
+        /* Asks the device itself (for cuda this loads the module and starts
+         * the runtime; without a GPU it fails here with the reason). The
+         * loader's headroom is taken off, so that a plan fit/--memory auto
+         * accept is one pl_model_load accepts too. */
+        pl_exec_ctx *ctx = NULL;
+        PL_TRY(b->ctx_create(1, &ctx));
+        uint64_t free_b = 0, total_b = 0;
+        pl_status st = b->device->mem_info(ctx, &free_b, &total_b, NULL, 0);
+        b->ctx_free(ctx);
+        if (st == PL_OK) *out = free_b > PL_DEVICE_HEADROOM ? free_b - PL_DEVICE_HEADROOM : 0;
+        if (st == PL_OK && !*out)
+            st = pl_errorf(PL_ERR_DOES_NOT_FIT, "device '%s' has no free memory left (%.1f MiB free)", d,
+                           free_b / 1048576.0);
+        return st;
+    }
     if (strcmp(d, "cpu") && strcmp(d, "ref"))
         return pl_errorf(PL_ERR_UNSUPPORTED, "the free memory of device '%s' is unknown: give a budget (--memory BYTES)", d);
     FILE *f = fopen("/proc/meminfo", "r");

@@ -72,8 +72,10 @@ pl_status pl_fit_file(const char *path, const pl_fit_params *p, pl_fit_result *o
  * the tokenizer metadata is taken from vocab_path (a vocab-only GGUF). */
 pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out);
 
-/* Free memory of a device: for cpu/ref, MemAvailable from /proc/meminfo.
- * PL_ERR_UNSUPPORTED where it cannot be known (pass a budget instead). */
+/* Free memory of a device: for cpu/ref, MemAvailable from /proc/meminfo;
+ * for a device backend (cuda), its mem_info's free bytes less
+ * PL_DEVICE_HEADROOM (engine/model.h). PL_ERR_UNSUPPORTED where it cannot
+ * be known (pass a budget instead). */
 pl_status pl_device_free_memory(const char *device, uint64_t *out);
 
 /* Parses a byte count: "123", "1.5e9", "512M", "8G"/"8GiB" (powers of 1024),

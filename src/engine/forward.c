@@ -25,13 +25,34 @@ static pl_status run_chunk(pl_model *m, const pl_batch *b, int start, int n, flo
     pl_tensor *logits;
     PL_TRY(pl_model_build_graph(m, &m->graph, n, n_out, &logits));
     PL_TRY(pl_graph_apply_plan(&m->graph, &m->planned, m->scratch, m->scratch_size));
+    if (m->dev) {
+        /* A per-node observer (imatrix) reads activations on the host; on a
+         * device they are device pointers. Refuse instead of crashing. */
+        if (m->ctx->on_node)
+            return pl_errorf(PL_ERR_UNSUPPORTED,
+                             "a per-node observer (imatrix) reads activations on the host and cannot run on device "
+                             "'%s': use --device cpu",
+                             m->backend->name);
+        /* ids | pos | seq | out in one copy (the graph's inputs point at inputs_dev) */
+        PL_TRY(m->dev->upload(m->ctx, m->inputs_dev, m->in_ids, 4 * (size_t)m->n_batch * sizeof(int32_t)));
+    }
     PL_TRY(pl_graph_execute(&m->graph, m->ctx));
     if (!discard && *logits_out) {
         size_t row = (size_t)m->hp.n_vocab;
-        for (int r = 0; r < n_out; r++)
-            memcpy(*logits_out + (size_t)r * row, (const char *)logits->data + (size_t)r * logits->nb[1],
-                   row * sizeof(float));
+        if (m->dev) {
+            /* logits [n_vocab, n_out] are contiguous: one copy, which waits
+             * for the graph and reports errors the kernels found */
+            if (logits->nb[1] != row * sizeof(float))
+                return pl_errorf(PL_ERR_INTERNAL, "logits are not contiguous on the device");
+            PL_TRY(m->dev->download(m->ctx, *logits_out, logits->data, (size_t)n_out * row * sizeof(float)));
+        } else {
+            for (int r = 0; r < n_out; r++)
+                memcpy(*logits_out + (size_t)r * row, (const char *)logits->data + (size_t)r * logits->nb[1],
+                       row * sizeof(float));
+        }
         *logits_out += (size_t)n_out * row;
+    } else if (m->dev) {
+        PL_TRY(m->dev->synchronize(m->ctx));   /* no logits: still report this chunk's device errors here */
     }
     return PL_OK;
 }

@@ -61,6 +61,7 @@ pl_status pl_model_bind(pl_model *m, pl_tensor **dst, bool required, uint64_t al
                          m->file_name, name, pl_dtype_name(t->dtype), m->backend->name);
     m->weight_bytes += pl_tensor_nbytes(t);
     m->n_params += (uint64_t)pl_tensor_nelements(t);
+    m->weight_used[t - m->weights] = true;   /* device backends upload exactly these */
     *dst = t;
     return PL_OK;
 }
@@ -98,7 +99,8 @@ pl_status pl_model_hp_float(pl_model *m, const char *suffix, bool required, floa
 static pl_status bind_all_tensors(pl_model *m, pl_plan_retype_fn retype, void *retype_user) {
     m->n_weights = pl_gguf_n_tensors(m->gguf);
     m->weights = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *m->weights);
-    if (!m->weights) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    m->weight_used = calloc((size_t)(m->n_weights ? m->n_weights : 1), sizeof *m->weight_used);
+    if (!m->weights || !m->weight_used) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     for (int64_t i = 0; i < m->n_weights; i++) {
         const pl_gguf_tensor *gt = pl_gguf_tensor_at(m->gguf, i);
         pl_tensor *t = &m->weights[i];
@@ -113,10 +115,15 @@ static pl_status bind_all_tensors(pl_model *m, pl_plan_retype_fn retype, void *r
 
 static void fill_inputs(pl_model *m, pl_tensor *ids, pl_tensor *pos, pl_tensor *seq, pl_tensor *out,
                         int n, int n_out) {
-    pl_tensor_init(ids, PL_I32, 1, (int64_t[]){n}, m->in_ids);
-    pl_tensor_init(pos, PL_I32, 1, (int64_t[]){n}, m->in_pos);
-    pl_tensor_init(seq, PL_I32, 1, (int64_t[]){n}, m->in_seq);
-    pl_tensor_init(out, PL_I32, 1, (int64_t[]){n_out}, m->in_out);
+    /* ids | pos | seq | out, n_batch each: the host arrays, or (device
+     * backends) their device copy, which forward.c uploads in one go. NULL
+     * while only planning. */
+    int32_t *in = m->dev ? (int32_t *)m->inputs_dev : m->in_ids;
+    const size_t nb = (size_t)m->n_batch;
+    pl_tensor_init(ids, PL_I32, 1, (int64_t[]){n}, in);
+    pl_tensor_init(pos, PL_I32, 1, (int64_t[]){n}, in ? in + nb : NULL);
+    pl_tensor_init(seq, PL_I32, 1, (int64_t[]){n}, in ? in + 2 * nb : NULL);
+    pl_tensor_init(out, PL_I32, 1, (int64_t[]){n_out}, in ? in + 3 * nb : NULL);
     ids->buffer = pos->buffer = seq->buffer = out->buffer = PL_BUF_HOST;
 }
 
@@ -229,25 +236,56 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
                          m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
                          m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, p->memory_budget / 1048576.0);
     }
+    if (!plan_only && m->dev) {
+        /* The device must hold the whole plan (we never offload to the host),
+         * checked before anything is allocated or uploaded, with
+         * PL_DEVICE_HEADROOM to spare. */
+        uint64_t free_b = 0, total_b = 0;
+        char desc[256] = "";
+        pl_status st = m->dev->mem_info(m->ctx, &free_b, &total_b, desc, sizeof desc);
+        const uint64_t headroom = PL_DEVICE_HEADROOM;
+        if (st == PL_OK && m->plan.total + headroom > free_b)
+            st = pl_errorf(PL_ERR_DOES_NOT_FIT,
+                           "%s needs %.1f MiB on device '%s' (weights %.1f, KV cache %.1f, scratch %.1f, plus %.0f "
+                           "of headroom) but %s has %.1f of %.1f MiB free; use a smaller quantization or context "
+                           "(see 'pocketllm fit')",
+                           m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
+                           m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, headroom / 1048576.0,
+                           desc[0] ? desc : m->backend->name, free_b / 1048576.0, total_b / 1048576.0);
+        if (st != PL_OK) {
+            free(prep);
+            return st;
+        }
+    }
     pl_status prep_st = PL_OK;
     if (!plan_only && n_prep > 0) prep_st = m->backend->weight_prepare(m->ctx, prep, n_prep, release_original, NULL);
     free(prep);
     PL_TRY(prep_st);
     if (plan_only) return PL_OK;
 
-    /* Allocate. Untouched pages of the cache cost nothing until used. */
-    m->kv_mem = aligned_alloc(64, (kv_total + 63) & ~(uint64_t)63);
+    /* Allocate. Untouched pages of the (host) cache cost nothing until used;
+     * a device's KV buffer comes zero-filled. */
     m->scratch_size = scratch;
-    m->scratch = aligned_alloc(64, (scratch + 64 + 63) & ~(size_t)63);
     m->ctx->work_size = work;
-    m->ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
-    m->in_ids = calloc((size_t)m->n_batch, sizeof(int32_t));
-    m->in_pos = calloc((size_t)m->n_batch, sizeof(int32_t));
-    m->in_seq = calloc((size_t)m->n_batch, sizeof(int32_t));
-    m->in_out = calloc((size_t)m->n_batch, sizeof(int32_t));
+    if (m->dev) {
+        PL_TRY(m->dev->buffer_alloc(m->ctx, PL_BUF_KV, kv_total, &m->kv_mem));
+        PL_TRY(m->dev->buffer_alloc(m->ctx, PL_BUF_SCRATCH, scratch + 64, &m->scratch));
+        if (work) PL_TRY(m->dev->buffer_alloc(m->ctx, PL_BUF_SCRATCH, work, &m->ctx->work));
+        PL_TRY(m->dev->buffer_alloc(m->ctx, PL_BUF_SCRATCH, inputs, &m->inputs_dev));
+    } else {
+        m->kv_mem = aligned_alloc(64, (kv_total + 63) & ~(uint64_t)63);
+        m->scratch = aligned_alloc(64, (scratch + 64 + 63) & ~(size_t)63);
+        m->ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
+    }
+    /* one allocation, so a device backend gets the inputs in one upload */
+    m->in_ids = calloc(4 * (size_t)m->n_batch, sizeof(int32_t));
+    if (m->in_ids) {
+        m->in_pos = m->in_ids + m->n_batch;
+        m->in_seq = m->in_ids + 2 * (size_t)m->n_batch;
+        m->in_out = m->in_ids + 3 * (size_t)m->n_batch;
+    }
     m->slot_used = calloc((size_t)m->n_seq, sizeof(bool));
-    if (!m->kv_mem || !m->scratch || (work && !m->ctx->work) || !m->in_ids || !m->in_pos || !m->in_seq ||
-        !m->in_out || !m->slot_used)
+    if (!m->kv_mem || !m->scratch || (work && !m->ctx->work) || !m->in_ids || !m->slot_used)
         return pl_errorf(PL_ERR_NO_MEMORY, "cannot allocate %.1f MiB for the KV cache and scratch",
                          (kv_total + scratch + work) / 1048576.0);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -255,6 +293,29 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
         m->v_cache[l].data = (char *)m->kv_mem + (size_t)(2 * l + 1) * per_layer;
     }
     return PL_OK;
+}
+
+/* Device backends: every weight the graph uses goes to the device once,
+ * packed as in the file (the kernels decode it), into one buffer of
+ * 256-byte aligned slices; the descriptors then point there. The file
+ * mapping is only read, so the host keeps no second copy. */
+static pl_status upload_weights(pl_model *m) {
+    size_t total = 0;
+    for (int64_t i = 0; i < m->n_weights; i++)
+        if (m->weight_used[i]) total += (pl_tensor_nbytes(&m->weights[i]) + 255) & ~(size_t)255;
+    if (!total) return PL_OK;
+    PL_TRY(m->dev->buffer_alloc(m->ctx, PL_BUF_WEIGHTS, total, &m->weights_dev));
+    size_t off = 0;
+    for (int64_t i = 0; i < m->n_weights; i++) {
+        if (!m->weight_used[i]) continue;
+        pl_tensor *t = &m->weights[i];
+        const size_t n = pl_tensor_nbytes(t);
+        void *d = (char *)m->weights_dev + off;
+        PL_TRY(m->dev->upload(m->ctx, d, t->data, n));
+        t->data = d;
+        off += (n + 255) & ~(size_t)255;
+    }
+    return m->dev->synchronize(m->ctx);   /* a failed copy is reported by the load, not the first forward */
 }
 
 static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype_fn retype, void *retype_user,
@@ -279,6 +340,9 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
     m->backend = pl_backend_find(dev);
     if (!m->backend || !m->backend->ctx_create)
         return pl_errorf(PL_ERR_UNSUPPORTED, "device '%s' is not available in this build (see 'pocketllm devices')", dev);
+    m->dev = m->backend->device;
+    /* For cuda this loads the module and starts the runtime: without a GPU
+     * the load ends here, before any weight is read, with the reason. */
     PL_TRY(m->backend->ctx_create(p->n_threads, &m->ctx));
     m->ctx->backend = m->backend;
 
@@ -301,7 +365,9 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
     if (p->n_outputs > m->n_logits_max) m->n_logits_max = p->n_outputs < m->n_batch ? p->n_outputs : m->n_batch;
     if (m->n_ctx > (1 << 24) || m->n_seq > 4096 || m->n_batch > (1 << 20))
         return pl_errorf(PL_ERR_INVALID_ARG, "context %d x %d sequences is too large", m->n_ctx, m->n_seq);
-    return plan_memory(m, p, plan_only);
+    PL_TRY(plan_memory(m, p, plan_only));
+    if (!plan_only && m->dev) PL_TRY(upload_weights(m));
+    return PL_OK;
 }
 
 static pl_status load_impl(pl_model *m, const char *path, const pl_model_params *p) {
@@ -349,6 +415,12 @@ PL_API pl_status pl_model_load(const char *path, const pl_model_params *params, 
 
 PL_API void pl_model_free(pl_model *m) {
     if (!m) return;
+    if (m->ctx && m->dev) { /* device buffers go back before their context */
+        void *bufs[] = {m->ctx->work, m->kv_mem, m->scratch, m->weights_dev, m->inputs_dev};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i]) m->dev->buffer_free(m->ctx, bufs[i]);
+        m->ctx->work = m->kv_mem = m->scratch = m->weights_dev = m->inputs_dev = NULL;
+    }
     if (m->ctx) {
         void *work = m->ctx->work;
         m->ctx->work = NULL;
@@ -361,13 +433,11 @@ PL_API void pl_model_free(pl_model *m) {
     free(m->scratch);
     free(m->k_cache);
     free(m->v_cache);
-    free(m->in_ids);
-    free(m->in_pos);
-    free(m->in_seq);
-    free(m->in_out);
+    free(m->in_ids); /* in_pos, in_seq, in_out point into it */
     free(m->slot_used);
     free(m->layers);
     free(m->weights);
+    free(m->weight_used);
     pl_vocab_free(m->vocab);
     pl_gguf_close(m->gguf);
     free(m->path);

@@ -7,6 +7,12 @@
 #include "tokenizer/tokenizer.h"
 #include "graph/graph.h"
 #include "models/arch.h"
+#include "kernels/device.h"
+
+/* Device memory a load leaves free beyond its plan: the runtime's own
+ * allocations (kernel images, CUDA graphs, staging buffers) and the 256-byte
+ * alignment of each weight slice. */
+#define PL_DEVICE_HEADROOM ((uint64_t)256 << 20)
 
 typedef struct pl_hparams {
     int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
@@ -32,6 +38,7 @@ struct pl_model {
 
     pl_tensor *weights;              /* one descriptor per GGUF tensor */
     int64_t n_weights;
+    bool *weight_used;               /* [n_weights]: bound by the architecture (pl_model_bind) */
     uint64_t weight_bytes;           /* of the tensors the graph uses */
     uint64_t n_params;               /* their elements */
     pl_tensor *tok_embd, *output_norm, *output;
@@ -48,7 +55,14 @@ struct pl_model {
     pl_graph graph;                  /* rebuilt for every forward call */
     void *scratch;
     size_t scratch_size;
-    int32_t *in_ids, *in_pos, *in_seq, *in_out;   /* host inputs, n_batch each */
+    int32_t *in_ids, *in_pos, *in_seq, *in_out;   /* host inputs, n_batch each, one allocation (in_ids) */
+    /* Device backends (backend->device != NULL): the weights, KV cache,
+     * scratch and work buffer live in device buffers; the inputs are staged
+     * in in_ids..in_out and uploaded, all 4 x n_batch at once, to inputs_dev
+     * before each graph (the graph's input tensors point there). */
+    const pl_device_ops *dev;
+    void *weights_dev;               /* every used weight, packed as in the file */
+    void *inputs_dev;                /* 4 x n_batch int32: ids, pos, seq, out */
     bool *slot_used;
     pl_memory_plan plan;
 };

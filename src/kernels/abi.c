@@ -9,12 +9,14 @@
 #include <stdio.h>
 #include <string.h>
 
-/* The backends compiled in (each defined in src/backends/<name>/), and the
+/* The backends compiled in (each defined in src/backends/<name>/; cuda's
+ * kernels live in libpocketllm-cuda.so, which backends/cuda/cuda_loader.c
+ * dlopen()s on the first cuda context, so listing it loads nothing), and the
  * declared ones (src/backends/declared.c: no kernels yet, listed so that
  * `pocketllm backends` / `devices` show them). */
 extern const pl_backend pl_backend_ref;
 extern const pl_backend pl_backend_cpu;
-extern const pl_backend pl_backend_cuda_declared;
+extern const pl_backend pl_backend_cuda;
 extern const pl_backend pl_backend_ascend;
 extern const pl_backend pl_backend_horizon;
 extern const pl_backend pl_backend_qnn;
@@ -326,9 +328,9 @@ pl_status pl_node_validate(const pl_node *node) {
 
 /* ---- backends ----------------------------------------------------------------*/
 
-/* Implemented backends first (ref, then cpu), declared ones after. */
+/* Implemented backends first (ref, cpu, cuda), declared ones after. */
 static const pl_backend *const pl_backend_list[] = {
-    &pl_backend_ref, &pl_backend_cpu, &pl_backend_cuda_declared, &pl_backend_ascend,
+    &pl_backend_ref, &pl_backend_cpu, &pl_backend_cuda, &pl_backend_ascend,
     &pl_backend_horizon, &pl_backend_qnn, &pl_backend_mps, NULL,
 };
 

@@ -130,6 +130,7 @@ pl_status pl_node_validate(const pl_node *node);
 
 struct pl_threadpool;
 struct pl_graph;
+struct pl_device_ops;   /* kernels/device.h */
 
 /* What a kernel runs with. One per loaded model. */
 typedef struct pl_exec_ctx {
@@ -194,6 +195,13 @@ typedef struct pl_backend {
      * set (ctx->on_node == NULL). It must give the results the per-node loop
      * gives for every tensor that a later node reads or the graph keeps. */
     pl_status (*graph_execute)(pl_exec_ctx *ctx, const struct pl_graph *g);
+    /* Device memory (kernels/device.h). NULL for backends that run on host
+     * memory (ref, cpu). Non-NULL (cuda): every tensor its kernels touch
+     * lives in memory from device->buffer_alloc; the engine checks the plan
+     * against device->mem_info before allocating, uploads the weights once
+     * and the inputs per forward call, and downloads the logits
+     * (engine/model.c, engine/forward.c). */
+    const struct pl_device_ops *device;
 } pl_backend;
 
 /* All compiled-in backends, in preference order (NULL-terminated). */

@@ -8,7 +8,7 @@
  * buffer) must come from its buffer_alloc, and the host moves data in and out
  * only through upload / download.
  *
- * Who calls what (see docs/cuda-integration.patch for the engine side):
+ * Who calls what (engine/model.c, engine/forward.c, engine/fit.c):
  *   load:     mem_info -> fit check (before anything large is allocated)
  *             buffer_alloc(WEIGHTS) + upload of each weight, once
  *             buffer_alloc(KV), buffer_alloc(SCRATCH) for scratch, work, inputs
@@ -24,10 +24,8 @@
  * table, a position outside the cache) is reported by the next download or
  * synchronize, as PL_ERR_INVALID_ARG with a message naming the op.
  *
- * This header is new and additive; kernels/abi.h gains one field
- * `const struct pl_device_ops *device` in pl_backend (NULL = host memory)
- * with the integration patch. Until then the CUDA loader exposes its table
- * through pl_cuda_device_ops() (backends/cuda/cuda_module.h).
+ * A backend publishes its table in pl_backend.device (kernels/abi.h; NULL =
+ * host memory).
  */
 #ifndef PL_KERNELS_DEVICE_H
 #define PL_KERNELS_DEVICE_H

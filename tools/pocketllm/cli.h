@@ -27,6 +27,10 @@ int pl_cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool pl_cli_opt(int argc, char **argv, int *i, const char *name, const char **val, bool *bad);
 bool pl_cli_parse_int(const char *s, long long min, long long max, long long *out);
 bool pl_cli_parse_float(const char *s, double *out);
+/* Checks --device before loading (cli_device.c): 0 if the backend exists
+ * and its probe finds the device; else prints a one-line error and returns
+ * 1 (the exit status). */
+int pl_cli_check_device(const char *cmd, const char *device);
 /* JSON string escaping of arbitrary bytes (invalid UTF-8 becomes U+FFFD). */
 void pl_cli_json_string(FILE *f, const char *s, size_t len);
 

@@ -74,6 +74,7 @@ static int cmd_bench(int argc, char **argv) {
     }
     if (bad) return 1;
     if (!model_path) return pl_cli_error("bench: --model is required");
+    if (pl_cli_check_device("bench", device)) return 1;
 
     pl_model_params mp = pl_model_default_params();
     mp.device = device;

@@ -20,7 +20,7 @@ static const char *run_usage =
     "  --top-k K --top-p P --min-p P   sampling filters (defaults 40, 0.95, 0.05)\n"
     "  --seed S              RNG seed (default 0x5eed)\n"
     "  --threads N           worker threads (default: all cores)\n"
-    "  --device ref|cpu      backend (default cpu)\n"
+    "  --device ref|cpu|cuda backend (default cpu; 'pocketllm devices' lists them)\n"
     "  --ctx N               context length (default min(model, 4096))\n"
     "  --memory BYTES|auto   device memory budget (e.g. 4G); a model that does not fit is refused\n"
     "  --no-parse-special    treat special-token text in the prompt as plain text\n"
@@ -106,14 +106,15 @@ static int cmd_run(int argc, char **argv) {
     if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
     if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
 
+    if (pl_cli_check_device("run", device)) return 1;   /* e.g. --device cuda without a GPU: one line, no load */
     double t0 = now_ms();
-    if (!json) fprintf(stderr, "loading %s ...", model_path);
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
     if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
         return pl_cli_error("run: bad --memory: %s", pl_last_error());
+    if (!json) fprintf(stderr, "loading %s ...", model_path);
     pl_model *model = NULL;
     pl_status lst = pl_model_load(model_path, &mp, &model);
     if (lst != PL_OK) {

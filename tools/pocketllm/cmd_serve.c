@@ -15,7 +15,7 @@ static const char *serve_usage =
     "  --batch N            max tokens per forward step (default 512)\n"
     "  --queue N            requests that may wait for a slot (default 4 x parallel; more get 503)\n"
     "  --threads N          worker threads (default: all cores)\n"
-    "  --device ref|cpu     backend (default cpu)\n"
+    "  --device ref|cpu|cuda backend (default cpu; 'pocketllm devices' lists them)\n"
     "  --api-key K          require 'Authorization: Bearer K' on /v1 routes\n"
     "  --alias NAME         model id reported by the API (default: the file name)\n"
     "  --timeout S          seconds an idle connection is kept open (default 60)\n"
@@ -65,6 +65,7 @@ static int cmd_serve(int argc, char **argv) {
     }
     if (bad) return 1;
     if (!cfg.model_path) return pl_cli_error("serve: --model is required");
+    if (pl_cli_check_device("serve", cfg.device)) return 1;   /* before listening: nothing to serve */
     if (cfg.queue < 0) cfg.queue = 4 * cfg.parallel;
 
     /* Signals: handled by sigwait in this thread only; every thread created

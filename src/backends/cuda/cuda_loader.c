@@ -255,8 +255,6 @@ static const pl_device_ops cuda_device_ops = {
     fwd_mem_info, fwd_alloc, fwd_free, fwd_upload, fwd_download, fwd_sync,
 };
 
-const pl_device_ops *pl_cuda_device_ops(void) { return &cuda_device_ops; }
-
 const pl_backend pl_backend_cuda = {
     .name = "cuda",
     .summary = "NVIDIA GPUs, sm_75 and newer (CUDA C kernels in libpocketllm-cuda.so, loaded on first use)",
@@ -266,10 +264,9 @@ const pl_backend pl_backend_cuda = {
     .ctx_free = cuda_ctx_free,
     .awaits = NULL,
     .probe = cuda_probe,
-#ifdef PL_BACKEND_HAS_DEVICE
-    /* with the integration patch: device memory, and whole-graph execution
-     * (pl_backend.graph_execute, used by pl_graph_execute) */
+    /* Device memory: the engine puts the whole model in buffers from here
+     * (engine/model.c). Whole-graph execution: decode steps are replayed as
+     * CUDA graphs (pl_graph_execute calls this when no observer is set). */
     .device = &cuda_device_ops,
     .graph_execute = pl_cuda_graph_execute,
-#endif
 };

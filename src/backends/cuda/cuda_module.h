@@ -124,9 +124,9 @@ typedef pl_status (*pl_cuda_module_init_fn)(const pl_cuda_host_api *host, const 
 
 /* ---- the library side (cuda_loader.c) -------------------------------------- */
 #ifndef __CUDACC__
-/* The `cuda` backend: the kernel table of cuda_table.h, dispatching into the
- * module, which ctx_create loads. (abi.c lists it once the integration patch
- * is applied; until then it lists the declared entry of declared.c.) */
+/* The `cuda` backend (listed by kernels/abi.c): the kernel table of
+ * cuda_table.h, dispatching into the module, which ctx_create loads; its
+ * .device forwards the module's device ops. */
 extern const pl_backend pl_backend_cuda;
 /* Loads the module once (thread-safe). On failure the same error is
  * returned, with the same message, on every later call. */
@@ -136,8 +136,6 @@ pl_status pl_cuda_load(const pl_cuda_module **out);
  * loader, or in ../lib from there. Returns false (and the first candidate
  * path tried, for messages) when none exists. */
 bool pl_cuda_module_path(char *path, size_t cap);
-/* The device ops of the `cuda` backend (forwarding into the module). */
-const pl_device_ops *pl_cuda_device_ops(void);
 /* The `cuda` backend's graph_execute (forwarding into the module). */
 pl_status pl_cuda_graph_execute(pl_exec_ctx *ctx, const struct pl_graph *g);
 #endif
