@@ -3,7 +3,8 @@
  *
  * Everywhere (no toolkit, no GPU needed):
  *  - the `cuda` kernel table (cuda_table.h through the loader) covers every
- *    op of the Qwen3 graph for f32/f16/bf16/q8_0/q4_K/q6_K weights, ref covers
+ *    op of the Qwen3 graph for f32/f16/bf16/q8_0/q4_K/q6_K weights and the
+ *    ladder types (q2_K, q3_K, q5_K, iq2_xxs/xs/s, iq1_s/m, tq1_0/tq2_0), ref covers
  *    every entry, and each entry dispatches to itself;
  *  - probing never loads the module; the loader's error paths (no module, a
  *    library that is not a module, a file that is not a library) give clear
@@ -56,7 +57,9 @@
 #define NAN_BYTE 0xFF
 #define DST PL_MAX_SRC
 
-static const pl_dtype weight_types[] = {PL_F32, PL_F16, PL_BF16, PL_Q8_0, PL_Q4_K, PL_Q6_K};
+static const pl_dtype weight_types[] = {PL_F32,    PL_F16,   PL_BF16,  PL_Q8_0,  PL_Q4_K,  PL_Q6_K,  PL_Q2_K,
+                                        PL_Q3_K,   PL_Q5_K,  PL_IQ2_XXS, PL_IQ2_XS, PL_IQ2_S, PL_IQ1_S, PL_IQ1_M,
+                                        PL_TQ1_0,  PL_TQ2_0};
 #define N_WT (sizeof weight_types / sizeof weight_types[0])
 
 /* ---- the table -------------------------------------------------------------------------------- */
@@ -76,8 +79,9 @@ static void test_table(void) {
     CHECK(pl_backend_supports(b, PL_OP_KV_STORE, PL_F16) && pl_backend_supports(b, PL_OP_KV_STORE, PL_F32) &&
               pl_backend_supports(b, PL_OP_ATTENTION, PL_F16) && pl_backend_supports(b, PL_OP_ATTENTION, PL_F32),
           "f16 and f32 KV caches");
-    CHECK(!pl_backend_supports(b, PL_OP_MATMUL, PL_Q2_K) && !pl_backend_supports(b, PL_OP_MATMUL, PL_IQ2_XXS),
-          "no kernels beyond the six weight types");
+    CHECK(!pl_backend_supports(b, PL_OP_MATMUL, PL_IQ3_XXS) && !pl_backend_supports(b, PL_OP_MATMUL, PL_IQ4_XS) &&
+              !pl_backend_supports(b, PL_OP_MATMUL, PL_Q4_0),
+          "no kernels beyond the listed weight types");
     for (int op = 0; op < PL_OP_COUNT; op++) {
         bool any = false;
         for (size_t i = 0; i < b->n_kernels; i++) any = any || b->kernels[i].op == (pl_op)op;
@@ -194,12 +198,29 @@ static void fill_f32(pl_tensor *t, pl_rng *r, float sigma) {
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++) pl_fill_normal(r, f32p(t, 0, i1, i2), t->ne[0], sigma);
 }
 
+/* Gaussian rows through the reference quantizer; for a type without one (the
+ * IQ / TQ types) random blocks, re-drawn until they decode to finite,
+ * moderate values (as test_ops does). */
 static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
-    float *tmp = malloc((size_t)t->ne[0] * sizeof *tmp);
+    const int64_t n = t->ne[0];
+    float *tmp = malloc((size_t)n * sizeof *tmp);
+    const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
+    float dec[256];
     for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
-            pl_fill_normal(r, tmp, t->ne[0], sigma);
-            pl_quantize_row(t->dtype, tmp, pl_tensor_row(t, i1, i2, 0), t->ne[0]);
+            unsigned char *row = pl_tensor_row(t, i1, i2, 0);
+            pl_fill_normal(r, tmp, n, sigma);
+            if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
+            for (int64_t b = 0; b < n / tr->block_size; b++) {
+                unsigned char *blk = row + b * tr->type_size;
+                for (int attempt = 0; attempt < 1000; attempt++) {
+                    for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
+                    pl_dequantize_row(t->dtype, blk, dec, tr->block_size);
+                    bool ok = true;
+                    for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
+                    if (ok) break;
+                }
+            }
         }
     free(tmp);
 }

@@ -8,6 +8,9 @@
  * of quant/dequant.c on random rows:
  *  - get_rows groups are bit-identical with pl_dequantize_row;
  *  - GEMM tile values are pl_dequantize_row's rounded to f16, bit for bit;
+ *  - the same for the ladder types (q2_K, q3_K, q5_K, iq2_xxs/xs/s, iq1_s/m,
+ *    tq1_0/tq2_0; random blocks where there is no reference quantizer),
+ *    their IQ codebooks read from the library's tables on the host;
  *  - GEMV units, summed over a row, equal the dot product of the reference-
  *    decoded weights with the activations (for the integer path: with the
  *    8-bit quantized activations, decoded), to float rounding; with aligned
@@ -57,9 +60,25 @@ static rows make_rows(pl_dtype t, int64_t n, int n_rows, size_t offset, pl_rng *
     w.mem = (unsigned char *)aligned_alloc(64, w.stride * (size_t)n_rows + 64);
     memset(w.mem, 0, w.stride * (size_t)n_rows + 64);
     float *tmp = (float *)malloc((size_t)n * sizeof(float));
+    const pl_dtype_traits *tr = pl_dtype_get(t);
+    float dec[256];
     for (int i = 0; i < n_rows; i++) {
+        unsigned char *row = w.mem + (size_t)i * w.stride + offset;
         pl_fill_normal(r, tmp, n, 1.0f);
-        pl_quantize_row(t, tmp, w.mem + (size_t)i * w.stride + offset, n);
+        if (pl_quantize_row(t, tmp, row, n)) continue;
+        /* No reference quantizer (the IQ / TQ types): random blocks, re-drawn
+         * until they decode to finite, moderate values (as test_ops does).
+         * Random bits reach every grid entry, sign pattern and scale. */
+        for (int64_t b = 0; b < n / tr->block_size; b++) {
+            unsigned char *blk = row + b * tr->type_size;
+            for (int attempt = 0; attempt < 1000; attempt++) {
+                for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
+                pl_dequantize_row(t, blk, dec, tr->block_size);
+                bool ok = true;
+                for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
+                if (ok) break;
+            }
+        }
     }
     free(tmp);
     w.mem += offset;   /* rows at mem + i * stride */
@@ -204,6 +223,17 @@ int main(void) {
     check_gemv<PL_Q4_K>(&r, 1024, 0, true);
     check_gemv<PL_Q4_K>(&r, 1024, 8, false);
     check_gemv<PL_Q6_K>(&r, 768, 2, false);
+
+    /* The ladder types: one decoder (pl_cu_decode32) behind all three uses;
+     * rows at offset 2 / 6 (blocks only 2-byte aligned, as in a file) and at
+     * 0 with 16-byte activation loads. */
+#define LADDER_CHECKS_(T)                       \
+    check_groups<T>(&r);                        \
+    check_tiles<T>(&r, 768, 2, false);          \
+    check_gemv<T>(&r, 768, 6, false);           \
+    check_gemv<T>(&r, 1024, 0, true);
+    PL_CU_LADDER_TYPES(LADDER_CHECKS_)
+#undef LADDER_CHECKS_
 
     printf("test_cuda_units: %d passed, %d failed\n", n_pass, n_fail);
     return n_fail ? 1 : 0;

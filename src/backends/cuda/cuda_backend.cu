@@ -458,6 +458,13 @@ static pl_status cu_ctx_create(int n_threads, pl_exec_ctx **out) {
         cu_ctx_free(&cu->base);
         return st;
     }
+    /* The IQ codebooks of the decoding kernels (one copy per translation unit). */
+    CTX_CHECK(pl_cu_tables_upload_ops());
+    CTX_CHECK(pl_cu_tables_upload_gemv());
+    CTX_CHECK(pl_cu_tables_upload_gemm());
+    /* Pageable copies may still be in flight when cudaMemcpyToSymbol returns,
+     * on the legacy stream our non-blocking stream does not wait for. */
+    CTX_CHECK(cudaDeviceSynchronize());
     const char *gr = getenv("PL_CUDA_GRAPHS");
     cu->graphs = !(gr && !strcmp(gr, "0"));
     pl_cu_n_sm = cu->n_sm;

@@ -117,6 +117,9 @@ static inline int64_t pl_cu_block_size(pl_dtype t) {
     switch (t) {
     case PL_Q8_0: return 32;
     case PL_Q4_K: case PL_Q6_K: return 256;
+#define PL_CU_LADDER_BS_(T) case T:
+    PL_CU_LADDER_TYPES(PL_CU_LADDER_BS_) return 256;
+#undef PL_CU_LADDER_BS_
     default: return 1;
     }
 }
@@ -127,6 +130,9 @@ static inline size_t pl_cu_type_size(pl_dtype t) {
     case PL_Q8_0: return 34;
     case PL_Q4_K: return 144;
     case PL_Q6_K: return 210;
+#define PL_CU_LADDER_TS_(T) case T: return (size_t)pl_cu_ladder_bytes(T);
+    PL_CU_LADDER_TYPES(PL_CU_LADDER_TS_)
+#undef PL_CU_LADDER_TS_
     default: return 0;
     }
 }
@@ -170,5 +176,10 @@ size_t pl_cu_matmul_work(const pl_node *node);
 pl_status pl_cu_gemv(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_gemm(pl_cu_ctx *cu, const pl_node *node);
 size_t pl_cu_gemv_work(const pl_node *node);
+/* Each translation unit that decodes IQ weights uploads its own device copy
+ * of the codebooks (cuda_quant.cuh); cuda_backend.cu calls all three. */
+cudaError_t pl_cu_tables_upload_ops(void);
+cudaError_t pl_cu_tables_upload_gemv(void);
+cudaError_t pl_cu_tables_upload_gemm(void);
 
 #endif

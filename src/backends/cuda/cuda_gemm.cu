@@ -3,7 +3,8 @@
  * with M > PL_CU_GEMV_MAX_M. Compute-bound, so tensor cores where the
  * precision allows:
  *
- * f16, q8_0, q4_K, q6_K weights: tensor-core tiles (mma.sync m16n8k16, f16
+ * f16, q8_0, q4_K, q6_K and the ladder types (q2_K ... tq2_0) weights:
+ *   tensor-core tiles (mma.sync m16n8k16, f16
  *   inputs, f32 accumulate). A block computes 128 weight rows x 64 tokens;
  *   per step of 64 along K it decodes its weight tile straight from the
  *   packed blocks into shared memory as f16 (so each weight is decoded once
@@ -221,6 +222,10 @@ __global__ void __launch_bounds__(256) k_gemm_f32(pl_cu_gm_args a) {
         }
 }
 
+/* The ladder types' tiles are decoded by pl_cu_decode32 (cuda_quant.cuh),
+ * reading this unit's device copy of the IQ codebooks. */
+cudaError_t pl_cu_tables_upload_gemm(void) { return pl_cu_tables_upload_here(); }
+
 /* ---- host side ---------------------------------------------------------------------------------- */
 
 pl_status pl_cu_gemm(pl_cu_ctx *cu, const pl_node *node) {
@@ -253,6 +258,9 @@ pl_status pl_cu_gemm(pl_cu_ctx *cu, const pl_node *node) {
     case PL_Q8_0: k_gemm_mma<PL_Q8_0><<<grid, 256, 0, cu->stream>>>(a); break;
     case PL_Q4_K: k_gemm_mma<PL_Q4_K><<<grid, 256, 0, cu->stream>>>(a); break;
     case PL_Q6_K: k_gemm_mma<PL_Q6_K><<<grid, 256, 0, cu->stream>>>(a); break;
+#define GM_LADDER_(T) case T: k_gemm_mma<T><<<grid, 256, 0, cu->stream>>>(a); break;
+    PL_CU_LADDER_TYPES(GM_LADDER_)
+#undef GM_LADDER_
     default: return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: matmul has no kernel for dtype %d", (int)W->dtype);
     }
     PL_CU_LAUNCHED("matmul (gemm)");

@@ -66,6 +66,13 @@ __global__ void k_quantize_x(const char *__restrict__ x, size_t nb1, int64_t K, 
     if ((lane & 15) == 0) out.s[m * (K / 16) + 2 * b + lane / 16] = d * (float)s;
 }
 
+/* The ladder types (q2_K ... tq2_0) take the float path: each unit is 32
+ * weights decoded to f32 by pl_cu_decode32 (codebooks in this unit's device
+ * copy, uploaded at context creation) and FMAs against the f32 activations.
+ * At 1.6-3.4 bits per weight their blocks are small, so the decode (a few
+ * integer ops and a table load per 8 weights) is what the GEMV spends. */
+cudaError_t pl_cu_tables_upload_gemv(void) { return pl_cu_tables_upload_here(); }
+
 /* ---- the kernels ------------------------------------------------------------------------------- */
 
 template <int T, int NC>
@@ -163,11 +170,13 @@ pl_status pl_cu_gemv(pl_cu_ctx *cu, const pl_node *node) {
     } else {
         a.xq.q = NULL;
         a.xq.d = a.xq.s = NULL;
-        a.vec = w16 && K % 8 == 0 && pl_cu_aligned(a.x, 16) && a.x_nb1 % 16 == 0;
+        /* Ladder types read their weights bytewise: vec is about x only. */
+        const bool ladder = pl_cu_block_size(W->dtype) == 256;
+        a.vec = (w16 || ladder) && K % 8 == 0 && pl_cu_aligned(a.x, 16) && a.x_nb1 % 16 == 0;
     }
     /* Warps per row: split K until there are about 32 warps per SM, keeping
      * at least two units per lane. */
-    int64_t U = W->dtype == PL_Q8_0 ? K / 16 : q ? K / 32 : (K + 7) / 8;
+    int64_t U = W->dtype == PL_Q8_0 ? K / 16 : q || pl_cu_block_size(W->dtype) == 256 ? K / 32 : (K + 7) / 8;
     int wpr = 1;
     const int64_t want = (int64_t)pl_cu_n_sm * 32;
     while (wpr < GV_WARPS && N * wpr < want && U >= (int64_t)wpr * 2 * 64) wpr *= 2;
@@ -180,6 +189,9 @@ pl_status pl_cu_gemv(pl_cu_ctx *cu, const pl_node *node) {
     case PL_Q8_0: gv_launch<PL_Q8_0>(a, grid, cu->stream); break;
     case PL_Q4_K: gv_launch<PL_Q4_K>(a, grid, cu->stream); break;
     case PL_Q6_K: gv_launch<PL_Q6_K>(a, grid, cu->stream); break;
+#define GV_LADDER_(T) case T: gv_launch<T>(a, grid, cu->stream); break;
+    PL_CU_LADDER_TYPES(GV_LADDER_)
+#undef GV_LADDER_
     default: return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: matmul has no kernel for dtype %d", (int)W->dtype);
     }
     PL_CU_LAUNCHED("matmul (gemv)");

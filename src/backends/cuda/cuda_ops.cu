@@ -28,7 +28,10 @@ static unsigned ew_grid(int64_t n) {
 /* ---- get_rows --------------------------------------------------------------------------
  * table [C, R] (rows at stride nb1), ids I32 [n], dst F32 [C, n] contiguous.
  * One thread decodes one group: 32 weights of a quantized row (a q8_0 block,
- * a q4_K sub-block, a q6_K run of 32 with one r), one element of a plain one. */
+ * a q4_K sub-block, a q6_K run of 32 with one r, 32 weights of a ladder
+ * type's block), one element of a plain one. */
+
+cudaError_t pl_cu_tables_upload_ops(void) { return pl_cu_tables_upload_here(); }
 
 template <int T>
 __global__ void k_get_rows(const unsigned char *__restrict__ table, size_t nb1, int64_t C, int64_t R,
@@ -65,6 +68,7 @@ pl_status pl_cu_get_rows(pl_cu_ctx *cu, const pl_node *node) {
     switch (t->dtype) {
 #define GR_(T) case T: k_get_rows<T><<<grid, block, 0, cu->stream>>>(tab, t->nb[1], C, R, id, n, out, cu->d_status); break;
         GR_(PL_F32) GR_(PL_F16) GR_(PL_BF16) GR_(PL_Q8_0) GR_(PL_Q4_K) GR_(PL_Q6_K)
+        PL_CU_LADDER_TYPES(GR_)
 #undef GR_
     default:
         return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: get_rows has no kernel for dtype %d", (int)t->dtype);

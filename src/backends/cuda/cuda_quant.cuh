@@ -11,6 +11,7 @@
  */
 #ifndef PL_BACKENDS_CUDA_QUANT_CUH
 #define PL_BACKENDS_CUDA_QUANT_CUH
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include "kernels/dtype.h"
@@ -116,14 +117,233 @@ PL_HD void pl_cu_q4k_scale_min(int j, const uint8_t *q, int *sc, int *m) {
     }
 }
 
+/* ---- the ladder formats: q2_K, q3_K, q5_K, IQ2_XXS/XS/S, IQ1_S/M, TQ1_0/TQ2_0 ------------------
+ * Block layouts (byte offsets in a block; every one a 256-weight super-block,
+ * byte for byte quant/blocks.h):
+ *   q2_K    84: scales[16] @0, qs[64] @16, d @80, dmin @82. Sub-blocks of 16,
+ *               x = d*(sc&15)*q - dmin*(sc>>4), q 2 bits: per 128, byte l
+ *               holds weights l, l+32, l+64, l+96 in bit pairs 0,2,4,6.
+ *   q3_K   110: hmask[32] @0, qs[64] @32, scales[12] @96, d @108. As q2_K's
+ *               2 low bits; the third bit of weight j is bit j/32 of
+ *               hmask[j%32] (clear: subtract 4); 6-bit signed scales s-32.
+ *   q5_K   176: d @0, dmin @2, scales[12] @4 (as q4_K), qh[32] @16, qs[128]
+ *               @48 (as q4_K); bit 4 of sub-block j's weight l: bit j of qh[l].
+ *   iq2_xxs 66: d @0, then per 32 weights two u32 (a: 4 grid indices of 8,
+ *               b: 4 x 7 sign-index bits + 4-bit scale in bits 28-31).
+ *   iq2_xs  74: d @0, 32 u16 @2 (9-bit grid index | 7-bit sign index << 9),
+ *               scales[8] @66 (a nibble per 16 weights).
+ *   iq2_s   82: d @0, qs[32] @2 (index low 8 bits), signs[32] @34 (8 explicit
+ *               bits per 8), qh[8] @66 (index bits 8-9), scales[8] @74.
+ *   iq1_s   50: d @0, qs[32] @2, qh[8] u16 @34 (3 index bits per 8, scale in
+ *               bits 12-14, shift sign bit 15).
+ *   iq1_m   56: qs[32] @0, qh[16] @32 (a nibble per 8: 3 index bits + shift
+ *               sign), scales[8] @48 (3-bit scales per 16; the f16 d is split
+ *               over the top nibbles of its 4 u16).
+ *   tq1_0   54: qs[48] @0 (5 trits a byte), qh[4] @48 (4 trits), d @52.
+ *   tq2_0   66: qs[64] @0 (2 bits a weight, as q2_K's planes), d @64.
+ * All of them are decoded per group of 32 weights (a q2_K/q3_K group = two
+ * sub-blocks of 16), with byte loads only: none of these blocks is more than
+ * 2-byte aligned inside a row, and bytes keep the decoders free of alignment
+ * conditions. Each value is computed with the float operations of
+ * quant/dequant.c / dequant_iq.c in their order (pl_mul / pl_sub keep nvcc
+ * from contracting them into FMAs), so get_rows is bit-identical with the ref.
+ *
+ * The IQ codebooks are GGML's tables (quant/ggml_tables.c, generated). On the
+ * host pass they are the library's arrays (the unit test; the module compiles
+ * its own copy in cuda_tables.cu); on the device they are __device__ copies in
+ * global memory, uploaded by pl_cu_tables_upload_here() at context creation.
+ * Without relocatable device code every translation unit that decodes has
+ * its own (static) copy, ~30 KiB each; cuda_backend.cu uploads all of them.
+ * Global rather than __constant__ memory: lanes index the grids divergently,
+ * which the constant cache serializes. */
+extern "C" {
+#include "quant/ggml_tables.h"
+}
+static __device__ uint8_t pl_cu_d_ksigns_iq2xs[128];
+static __device__ uint64_t pl_cu_d_iq2xxs_grid[256];
+static __device__ uint64_t pl_cu_d_iq2xs_grid[512];
+static __device__ uint64_t pl_cu_d_iq2s_grid[1024];
+static __device__ uint64_t pl_cu_d_iq1s_grid[PL_NGRID_IQ1S];
+#ifdef __CUDA_ARCH__
+#define PL_CU_TAB(name) pl_cu_d_##name
+#else
+#define PL_CU_TAB(name) pl_##name
+#endif
+
+/* Copies the host tables into this translation unit's device copies. */
+static inline cudaError_t pl_cu_tables_upload_here(void) {
+    cudaError_t e = cudaMemcpyToSymbol(pl_cu_d_ksigns_iq2xs, pl_ksigns_iq2xs, sizeof pl_cu_d_ksigns_iq2xs);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(pl_cu_d_iq2xxs_grid, pl_iq2xxs_grid, sizeof pl_cu_d_iq2xxs_grid);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(pl_cu_d_iq2xs_grid, pl_iq2xs_grid, sizeof pl_cu_d_iq2xs_grid);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(pl_cu_d_iq2s_grid, pl_iq2s_grid, sizeof pl_cu_d_iq2s_grid);
+    if (e == cudaSuccess) e = cudaMemcpyToSymbol(pl_cu_d_iq1s_grid, pl_iq1s_grid, sizeof pl_cu_d_iq1s_grid);
+    return e;
+}
+
+/* The ladder types (keep in step with cuda_table.h). */
+#define PL_CU_LADDER_TYPES(X) \
+    X(PL_Q2_K) X(PL_Q3_K) X(PL_Q5_K) X(PL_IQ2_XXS) X(PL_IQ2_XS) X(PL_IQ2_S) X(PL_IQ1_S) X(PL_IQ1_M) X(PL_TQ1_0) X(PL_TQ2_0)
+
+/* True for the types decoded by pl_cu_decode32 (and multiplied through it). */
+PL_HD constexpr bool pl_cu_is_ladder(int T) {
+    return T == PL_Q2_K || T == PL_Q3_K || T == PL_Q5_K || T == PL_IQ2_XXS || T == PL_IQ2_XS || T == PL_IQ2_S ||
+           T == PL_IQ1_S || T == PL_IQ1_M || T == PL_TQ1_0 || T == PL_TQ2_0;
+}
+/* Bytes per 256-weight block of a ladder type. */
+PL_HD constexpr int pl_cu_ladder_bytes(int T) {
+    return T == PL_Q2_K ? 84 : T == PL_Q3_K ? 110 : T == PL_Q5_K ? 176 : T == PL_IQ2_XXS ? 66 : T == PL_IQ2_XS ? 74
+         : T == PL_IQ2_S ? 82 : T == PL_IQ1_S ? 50 : T == PL_IQ1_M ? 56 : T == PL_TQ1_0 ? 54 : T == PL_TQ2_0 ? 66 : 0;
+}
+
+PL_HD uint32_t pl_cu_ld_u16_any(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
+PL_HD float pl_cu_h2f_any(const uint8_t *p) { return pl_cu_h2f((uint16_t)pl_cu_ld_u16_any(p)); }
+
+/* 8 weights db * magnitude * (+-1): the IQ2 grids (dequant_iq.c put8_signed). */
+PL_HD void pl_cu_put8_signed(float *y, float db, uint64_t grid, uint32_t signs) {
+PL_UNROLL
+    for (int j = 0; j < 8; j++)
+        y[j] = pl_mul(pl_mul(db, (float)(uint8_t)(grid >> (8 * j))), (signs >> j) & 1 ? -1.f : 1.f);
+}
+/* 8 weights dl * (grid + delta): the IQ1 grids of {-1, 0, 1}. */
+PL_HD void pl_cu_put8_iq1(float *y, float dl, uint64_t grid, float delta) {
+PL_UNROLL
+    for (int j = 0; j < 8; j++) y[j] = pl_mul(dl, (float)(int8_t)(uint8_t)(grid >> (8 * j)) + delta);
+}
+/* Trit k (0 = most significant) of a tq1_0 byte (dequant_iq.c tq1_trit). */
+PL_HD int pl_cu_tq1_trit(uint32_t byte, int k) {
+    const uint32_t pow3 = k == 0 ? 1 : k == 1 ? 3 : k == 2 ? 9 : k == 3 ? 27 : 81;
+    return (int)((((byte * pow3) & 0xffu) * 3) >> 8);
+}
+
+/* Weights [32 g, 32 g + 32) of a row of ladder type T, as the ref decodes them.
+ * Every loop is unrolled so that out[] (a caller's register array) is indexed
+ * with constants and stays in registers. */
+template <int T>
+PL_HD void pl_cu_decode32(const unsigned char *row, int64_t g, float *out) {
+    const uint8_t *b = (const uint8_t *)row + (size_t)(g / 8) * pl_cu_ladder_bytes(T);
+    const int j = (int)(g % 8);
+    if (T == PL_Q2_K) {
+        const float d = pl_cu_h2f_any(b + 80), dmin = pl_cu_h2f_any(b + 82);
+        const uint8_t *q = b + 16 + 32 * (j / 4);
+        const int shift = 2 * (j % 4);
+PL_UNROLL
+        for (int k = 0; k < 2; k++) {
+            const int sc = b[2 * j + k];
+            const float dl = pl_mul(d, (float)(sc & 0xF)), ml = pl_mul(dmin, (float)(sc >> 4));
+PL_UNROLL
+            for (int l = 0; l < 16; l++) out[16 * k + l] = pl_sub(pl_mul(dl, (float)((q[16 * k + l] >> shift) & 3)), ml);
+        }
+    } else if (T == PL_Q3_K) {
+        const float d = pl_cu_h2f_any(b + 108);
+        const uint8_t *hm = b, *q = b + 32 + 32 * (j / 4), *s = b + 96;
+        const int shift = 2 * (j % 4), m = 1 << j;
+PL_UNROLL
+        for (int k = 0; k < 2; k++) {
+            const int is = 2 * j + k;
+            const int lo = is < 8 ? (s[is] & 0xF) : (s[is - 8] >> 4);
+            const int hi = (s[8 + is % 4] >> (2 * (is / 4))) & 3;
+            const float dl = pl_mul(d, (float)((lo | (hi << 4)) - 32));
+PL_UNROLL
+            for (int l = 0; l < 16; l++) {
+                const int low = (q[16 * k + l] >> shift) & 3;
+                out[16 * k + l] = pl_mul(dl, (float)(low - ((hm[16 * k + l] & m) ? 0 : 4)));
+            }
+        }
+    } else if (T == PL_Q5_K) {
+        int sc, mn;
+        pl_cu_q4k_scale_min(j, b + 4, &sc, &mn);
+        const float d1 = pl_mul(pl_cu_h2f_any(b), (float)sc), m1 = pl_mul(pl_cu_h2f_any(b + 2), (float)mn);
+        const uint8_t *qh = b + 16, *ql = b + 48 + 32 * (j / 2);
+        const int shift = 4 * (j & 1), hb = 1 << j;
+PL_UNROLL
+        for (int l = 0; l < 32; l++)
+            out[l] = pl_sub(pl_mul(d1, (float)(((ql[l] >> shift) & 0xF) + ((qh[l] & hb) ? 16 : 0))), m1);
+    } else if (T == PL_IQ2_XXS) {
+        const float d = pl_cu_h2f_any(b);
+        const uint8_t *p = b + 2 + 8 * j;
+        const uint32_t a = pl_cu_ld_u32_any(p), s = pl_cu_ld_u32_any(p + 4);
+        const float db = pl_mul(pl_mul(d, 0.5f + (float)(s >> 28)), 0.25f);
+PL_UNROLL
+        for (int l = 0; l < 4; l++)
+            pl_cu_put8_signed(out + 8 * l, db, PL_CU_TAB(iq2xxs_grid)[(a >> (8 * l)) & 0xFF],
+                              PL_CU_TAB(ksigns_iq2xs)[(s >> (7 * l)) & 127]);
+    } else if (T == PL_IQ2_XS) {
+        const float d = pl_cu_h2f_any(b);
+        const int sc = b[66 + j];
+        const float db[2] = {pl_mul(pl_mul(d, 0.5f + (float)(sc & 0xF)), 0.25f),
+                             pl_mul(pl_mul(d, 0.5f + (float)(sc >> 4)), 0.25f)};
+PL_UNROLL
+        for (int l = 0; l < 4; l++) {
+            const uint32_t q = pl_cu_ld_u16_any(b + 2 + 2 * (4 * j + l));
+            pl_cu_put8_signed(out + 8 * l, db[l / 2], PL_CU_TAB(iq2xs_grid)[q & 511], PL_CU_TAB(ksigns_iq2xs)[q >> 9]);
+        }
+    } else if (T == PL_IQ2_S) {
+        const float d = pl_cu_h2f_any(b);
+        const int sc = b[74 + j], qh = b[66 + j];
+        const float db[2] = {pl_mul(pl_mul(d, 0.5f + (float)(sc & 0xF)), 0.25f),
+                             pl_mul(pl_mul(d, 0.5f + (float)(sc >> 4)), 0.25f)};
+PL_UNROLL
+        for (int l = 0; l < 4; l++) {
+            const int idx = b[2 + 4 * j + l] | ((qh << (8 - 2 * l)) & 0x300);
+            pl_cu_put8_signed(out + 8 * l, db[l / 2], PL_CU_TAB(iq2s_grid)[idx], b[34 + 4 * j + l]);
+        }
+    } else if (T == PL_IQ1_S) {
+        const float d = pl_cu_h2f_any(b);
+        const int qh = (int)pl_cu_ld_u16_any(b + 34 + 2 * j);
+        const float dl = pl_mul(d, (float)(2 * ((qh >> 12) & 7) + 1));
+        const float delta = (qh & 0x8000) ? -PL_IQ1S_DELTA : PL_IQ1S_DELTA;
+PL_UNROLL
+        for (int l = 0; l < 4; l++)
+            pl_cu_put8_iq1(out + 8 * l, dl, PL_CU_TAB(iq1s_grid)[b[2 + 4 * j + l] | (((qh >> (3 * l)) & 7) << 8)], delta);
+    } else if (T == PL_IQ1_M) {
+        const uint8_t *s = b + 48;
+        const uint32_t s0 = pl_cu_ld_u16_any(s), s1 = pl_cu_ld_u16_any(s + 2), s2 = pl_cu_ld_u16_any(s + 4),
+                       s3 = pl_cu_ld_u16_any(s + 6);
+        const float d = pl_cu_h2f((uint16_t)((s0 >> 12) | ((s1 >> 8) & 0x00F0) | ((s2 >> 4) & 0x0F00) | (s3 & 0xF000)));
+        const uint32_t sc = pl_cu_ld_u16_any(s + 2 * (j / 2));
+        const int sh = 6 * (j % 2);
+        const float dl[2] = {pl_mul(d, (float)(2 * ((sc >> sh) & 7) + 1)), pl_mul(d, (float)(2 * ((sc >> (sh + 3)) & 7) + 1))};
+PL_UNROLL
+        for (int l = 0; l < 4; l++) {
+            const int h = (b[32 + 2 * j + l / 2] >> (4 * (l & 1))) & 0xF;
+            const float delta = (h & 8) ? -PL_IQ1M_DELTA : PL_IQ1M_DELTA;
+            pl_cu_put8_iq1(out + 8 * l, dl[l / 2], PL_CU_TAB(iq1s_grid)[b[4 * j + l] | ((h & 7) << 8)], delta);
+        }
+    } else if (T == PL_TQ1_0) {
+        /* Weight order: qs[0..31] trit k -> 32k + m (groups 0..4); qs[32..47]
+         * trit k -> 160 + 16k + m; qh[0..3] trit k -> 240 + 4k + i. */
+        const float d = pl_cu_h2f_any(b + 52);
+PL_UNROLL
+        for (int i = 0; i < 32; i++) {
+            const int e = 32 * j + i;
+            int t;
+            if (e < 160) t = pl_cu_tq1_trit(b[e % 32], e / 32);
+            else if (e < 240) t = pl_cu_tq1_trit(b[32 + (e - 160) % 16], (e - 160) / 16);
+            else t = pl_cu_tq1_trit(b[48 + (e - 240) % 4], (e - 240) / 4);
+            out[i] = pl_mul((float)(t - 1), d);
+        }
+    } else if (T == PL_TQ2_0) {
+        const float d = pl_cu_h2f_any(b + 64);
+        const uint8_t *q = b + 32 * (j / 4);
+        const int shift = 2 * (j % 4);
+PL_UNROLL
+        for (int m = 0; m < 32; m++) out[m] = pl_mul((float)(((q[m] >> shift) & 3) - 1), d);
+    }
+}
+
 /* ---- get_rows: one group of a row to f32, exactly as the ref ---------------------------------------
  * A group is 32 weights of a quantized row (a q8_0 block, a q4_K sub-block,
- * a q6_K run l = 0..31 of one r in one 128-half) or 1 element of a plain one. */
+ * a q6_K run l = 0..31 of one r in one 128-half, 32 weights of a ladder
+ * type's block: pl_cu_decode32) or 1 element of a plain one. */
 
 template <int T> struct pl_cu_group { static constexpr int G = 1; };
 template <> struct pl_cu_group<PL_Q8_0> { static constexpr int G = 32; };
 template <> struct pl_cu_group<PL_Q4_K> { static constexpr int G = 32; };
 template <> struct pl_cu_group<PL_Q6_K> { static constexpr int G = 32; };
+#define PL_CU_LADDER_GROUP_(T) \
+    template <> struct pl_cu_group<T> { static constexpr int G = 32; };
+PL_CU_LADDER_TYPES(PL_CU_LADDER_GROUP_)
+#undef PL_CU_LADDER_GROUP_
 
 template <int T>
 PL_HD void pl_cu_decode_group(const unsigned char *row, int64_t g, float *out) {
@@ -156,6 +376,8 @@ PL_HD void pl_cu_decode_group(const unsigned char *row, int64_t g, float *out) {
             const int q = (((ql[l] >> lshift) & 0xF) | (((qh[l] >> hshift) & 3) << 4)) - 32;
             out[l] = pl_mul(pl_mul(d, (float)sc[l / 16]), (float)q);
         }
+    } else if (pl_cu_is_ladder(T)) {
+        pl_cu_decode32<T>(row, g, out);
     }
 }
 
@@ -172,7 +394,10 @@ PL_HD void pl_cu_decode_group(const unsigned char *row, int64_t g, float *out) {
  *         2c+1 (high nibbles): 8 dp4a; the minimum enters as
  *         dmin * m_j * (d_x * sum of those 16 q_x), from s;
  *   q6_K: 8 positions l of one 128-half, all four r: 32 weights rebuilt as
- *         bytes (low nibble | 2 high bits << 4) - 32 with byte-wise ops, 8 dp4a.
+ *         bytes (low nibble | 2 high bits << 4) - 32 with byte-wise ops, 8 dp4a;
+ *   ladder types (q2_K ... tq2_0): 32 weights decoded to f32 by
+ *         pl_cu_decode32, FMA'd against the f32 activations (16-byte loads
+ *         when vec: here vec is about x only, weights are read bytewise).
  */
 typedef struct pl_cu_xq {
     int8_t *q;
@@ -193,7 +418,7 @@ typedef struct pl_cu_gv_args {
 } pl_cu_gv_args;
 
 template <int T> PL_HD int64_t pl_cu_gv_units(int64_t K) {
-    return T == PL_Q8_0 ? K / 16 : (T == PL_Q4_K || T == PL_Q6_K) ? K / 32 : (K + 7) / 8;
+    return T == PL_Q8_0 ? K / 16 : (T == PL_Q4_K || T == PL_Q6_K || pl_cu_is_ladder(T)) ? K / 32 : (K + 7) / 8;
 }
 
 /* Float path: 8 weights at k0 as floats (0 past K). */
@@ -342,6 +567,30 @@ PL_UNROLL
             }
             acc[c] += r_acc;
         }
+    } else if (pl_cu_is_ladder(T)) {
+        /* Ladder types: decode 32 weights to f32 (pl_cu_decode32) and FMA them
+         * against the f32 activations; no activation quantization. */
+        float w[32];
+        pl_cu_decode32<T>((const unsigned char *)row, u, w);
+PL_UNROLL
+        for (int c = 0; c < NC; c++) {
+            if (c >= a.M) break;
+            const float *xp = (const float *)(a.x + (size_t)c * a.x_nb1) + 32 * u;
+            float s = 0.0f;
+            if (a.vec) {
+PL_UNROLL
+                for (int i = 0; i < 8; i++) {
+                    const float4 xv = ((const float4 *)xp)[i];
+                    s = fmaf(w[4 * i], xv.x, s);
+                    s = fmaf(w[4 * i + 1], xv.y, s);
+                    s = fmaf(w[4 * i + 2], xv.z, s);
+                    s = fmaf(w[4 * i + 3], xv.w, s);
+                }
+            } else {
+                for (int i = 0; i < 32; i++) s = fmaf(w[i], xp[i], s);
+            }
+            acc[c] += s;
+        }
     }
 }
 
@@ -407,6 +656,11 @@ PL_HD void pl_cu_dequant32_h(const char *row, int64_t k, int64_t K, bool vec, ui
             out[2 * i + 1] =
                 pl_pack_h2(pl_mul(s, (float)((int)((q >> 16) & 0xff) - 32)), pl_mul(s, (float)((int)(q >> 24) - 32)));
         }
+    } else if (pl_cu_is_ladder(T)) {
+        /* k is a multiple of 32 and K of 256: always a whole group. */
+        float v[32];
+        pl_cu_decode32<T>((const unsigned char *)row, k / 32, v);
+        for (int i = 0; i < 16; i++) out[i] = pl_pack_h2(v[2 * i], v[2 * i + 1]);
     }
 }
 
