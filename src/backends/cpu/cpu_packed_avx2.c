@@ -197,22 +197,32 @@ PL_VNNI void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, in
 
 /* The 6-bit codes of chunks 2v (lo) and 2v+1 (hi) of a group: low 4 bits
  * from ql vector v, high 2 bits from qh vector v/2 at bit pair 2*(v%2) (lo)
- * and 2*(v%2)+1 (hi); 16-bit shifts, masked per byte. (GF(2) affine byte
- * transforms do each field move in one instruction but were slower here.) */
-PL_VNNI_AI void pl_q6_codes(const pl_q6kx8 *xb, int g, int v, __m256i qh, __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+ * and 2*(v%2)+1 (hi). (GF(2) affine byte transforms do each field move in
+ * one instruction but were slower here.)
+ *
+ * The four high-bit fields of one qh vector, each at bits 4-5 of its byte
+ * with bits 6-7 clear (bits 0-3 are don't-care: the select below takes them
+ * from the low nibbles): x = qh & 0x33 holds fields 0 (bits 0-1) and 2
+ * (bits 4-5), y = (qh >> 2) & 0x33 fields 1 and 3; fields 0 and 1 move up
+ * by 4 (the 16-bit shift's carry lands in bits 0-3 of the next byte, which
+ * the select discards). 5 ops for the 4 fields instead of 7. */
+PL_VNNI_AI void pl_q6_fields(__m256i qh, __m256i f[4]) {
+    const __m256i m33 = _mm256_set1_epi8(0x33);
+    const __m256i x = _mm256_and_si256(qh, m33), y = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m33);
+    f[0] = _mm256_slli_epi16(x, 4);
+    f[1] = _mm256_slli_epi16(y, 4);
+    f[2] = x;
+    f[3] = y;
+}
+
+/* Codes of chunks 2v (lo) and 2v+1 (hi) from the fields of their qh vector:
+ * select(0x0F, nibble, field): imm 0xCA = A ? B : C, A the mask. */
+PL_VNNI_AI void pl_q6_codes_f(const pl_q6kx8 *xb, int g, int v, const __m256i f[4], __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     const __m256i l4 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QL(v)][g]);
-    __m256i hl, hh;
-    if (v & 1) {
-        hl = _mm256_and_si256(qh, m30);                            /* bits 4-5 */
-        hh = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30);      /* bits 6-7 */
-    } else {
-        hl = _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30);      /* bits 0-1 */
-        hh = _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30);      /* bits 2-3 */
-    }
-    /* (x & 0x0F) | h in one ternary-logic op: imm 0xEA = (A & B) | C */
-    *lo = _mm256_ternarylogic_epi32(l4, m4, hl, 0xEA);
-    *hi = _mm256_ternarylogic_epi32(_mm256_srli_epi16(l4, 4), m4, hh, 0xEA);
+    const int b = 2 * (v & 1);
+    *lo = _mm256_ternarylogic_epi32(m4, l4, f[b], 0xCA);
+    *hi = _mm256_ternarylogic_epi32(m4, _mm256_srli_epi16(l4, 4), f[b + 1], 0xCA);
 }
 
 PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *y, float *d) {
@@ -232,10 +242,12 @@ PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *
                 /* one qh vector serves the low-bit vectors v = 2h, 2h + 1 */
                 const __m256i qh = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(h)][g]);
                 const int i = 2 * g + h;
+                __m256i f[4];
+                pl_q6_fields(qh, f);
                 PL_UNROLL
                 for (int v = 2 * h; v < 2 * h + 2; v++) {
                     __m256i lo, hi;
-                    pl_q6_codes(xb, g, v, qh, &lo, &hi);
+                    pl_q6_codes_f(xb, g, v, f, &lo, &hi);
                     acc[i] = pl_dp(acc[i], lo, q + 32 * g + 8 * v);
                     acc[i] = pl_dp(acc[i], hi, q + 32 * g + 8 * v + 4);
                 }
@@ -268,13 +280,14 @@ PL_VNNI_AI void pl_q6k_gemm_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *
                 a0[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g]);
                 a1[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g + 1]);
             }
-            const __m256i qh0 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(0)][g]);
-            const __m256i qh1 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(1)][g]);
+            __m256i f0[4], f1[4];
+            pl_q6_fields(_mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(0)][g]), f0);
+            pl_q6_fields(_mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(1)][g]), f1);
             PL_UNROLL
             for (int v = 0; v < 2; v++) {
                 __m256i lo0, hi0, lo1, hi1;
-                pl_q6_codes(xb, g, v, qh0, &lo0, &hi0);
-                pl_q6_codes(xb, g, v + 2, qh1, &lo1, &hi1);
+                pl_q6_codes_f(xb, g, v, f0, &lo0, &hi0);
+                pl_q6_codes_f(xb, g, v + 2, f1, &lo1, &hi1);
                 PL_UNROLL
                 for (int c = 0; c < R; c++) {
                     const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
