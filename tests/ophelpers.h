@@ -4,9 +4,12 @@
 #ifndef PL_TESTS_OPHELPERS_H
 #define PL_TESTS_OPHELPERS_H
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/dtype.h"
+#include "quant/quant.h"
 
 typedef struct pl_rng { uint64_t s; } pl_rng;
 
@@ -58,6 +61,22 @@ static inline double pl_nmse(const float *a, const float *b, int64_t n) {
 /* sqrt(mean((a-b)^2)) / sqrt(mean(b^2)): relative RMS error. */
 static inline double pl_rel_rmse(const float *a, const float *b, int64_t n) {
     return sqrt(pl_nmse(a, b, n));
+}
+
+/* Random bytes for one block of dtype t, redrawn (up to 1000 times) until
+ * the block decodes to finite, moderate values (|x| < 1e3). For the types
+ * without a reference quantizer (IQ / TQ): random bits reach every grid
+ * entry, sign pattern and scale. */
+static inline void pl_random_block(pl_rng *r, pl_dtype t, unsigned char *blk) {
+    const pl_dtype_traits *tr = pl_dtype_get(t);
+    float dec[256];
+    for (int attempt = 0; attempt < 1000; attempt++) {
+        for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
+        pl_dequantize_row(t, blk, dec, tr->block_size);
+        bool ok = true;
+        for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
+        if (ok) return;
+    }
 }
 
 #endif

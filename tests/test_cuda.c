@@ -205,7 +205,6 @@ static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
     const int64_t n = t->ne[0];
     float *tmp = malloc((size_t)n * sizeof *tmp);
     const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
-    float dec[256];
     for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
             unsigned char *row = pl_tensor_row(t, i1, i2, 0);
@@ -213,13 +212,7 @@ static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
             if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
             for (int64_t b = 0; b < n / tr->block_size; b++) {
                 unsigned char *blk = row + b * tr->type_size;
-                for (int attempt = 0; attempt < 1000; attempt++) {
-                    for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
-                    pl_dequantize_row(t->dtype, blk, dec, tr->block_size);
-                    bool ok = true;
-                    for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
-                    if (ok) break;
-                }
+                pl_random_block(r, t->dtype, blk);
             }
         }
     free(tmp);

@@ -120,16 +120,9 @@ static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
             unsigned char *row = pl_tensor_row(t, i1, i2, 0);
             pl_fill_normal(r, tmp, n, sigma);
             if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
-            float dec[256];
             for (int64_t b = 0; b < n / tr->block_size; b++) {
                 unsigned char *blk = row + b * tr->type_size;
-                for (int attempt = 0; attempt < 1000; attempt++) {
-                    for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
-                    pl_dequantize_row(t->dtype, blk, dec, tr->block_size);
-                    bool ok = true;
-                    for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
-                    if (ok) break;
-                }
+                pl_random_block(r, t->dtype, blk);
             }
         }
     free(tmp);

@@ -462,16 +462,9 @@ static void test_fixtures(void) {
 /* Weight rows of random blocks that decode to finite, moderate values. */
 static void random_rows(pl_rng *r, pl_dtype t, unsigned char *w, int64_t K, int rows) {
     const pl_dtype_traits *tr = pl_dtype_get(t);
-    float dec[QK_K];
     for (int64_t b = 0; b < (int64_t)rows * (K / tr->block_size); b++) {
         unsigned char *blk = w + b * tr->type_size;
-        for (int attempt = 0; attempt < 1000; attempt++) {
-            for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
-            pl_dequantize_row(t, blk, dec, tr->block_size);
-            bool ok = true;
-            for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
-            if (ok) break;
-        }
+        pl_random_block(r, t, blk);
     }
 }
 

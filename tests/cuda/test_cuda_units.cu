@@ -61,7 +61,6 @@ static rows make_rows(pl_dtype t, int64_t n, int n_rows, size_t offset, pl_rng *
     memset(w.mem, 0, w.stride * (size_t)n_rows + 64);
     float *tmp = (float *)malloc((size_t)n * sizeof(float));
     const pl_dtype_traits *tr = pl_dtype_get(t);
-    float dec[256];
     for (int i = 0; i < n_rows; i++) {
         unsigned char *row = w.mem + (size_t)i * w.stride + offset;
         pl_fill_normal(r, tmp, n, 1.0f);
@@ -71,13 +70,7 @@ static rows make_rows(pl_dtype t, int64_t n, int n_rows, size_t offset, pl_rng *
          * Random bits reach every grid entry, sign pattern and scale. */
         for (int64_t b = 0; b < n / tr->block_size; b++) {
             unsigned char *blk = row + b * tr->type_size;
-            for (int attempt = 0; attempt < 1000; attempt++) {
-                for (size_t k = 0; k < tr->type_size; k++) blk[k] = (unsigned char)pl_rng_u64(r);
-                pl_dequantize_row(t, blk, dec, tr->block_size);
-                bool ok = true;
-                for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
-                if (ok) break;
-            }
+            pl_random_block(r, t, blk);
         }
     }
     free(tmp);
