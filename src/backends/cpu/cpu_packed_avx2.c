@@ -386,8 +386,8 @@ PL_VNNI_AI void pl_f16_gemm_panel(int64_t KB, const uint16_t *w, const float *ap
 }
 
 #define PL_F16_RMAX 24
-#define PL_F16_KB 256
-#define PL_F16_CMAX 96     /* activation rows per packed block: 96 x 256 x 4 = 96 KiB (a multiple of RMAX) */
+#define PL_F16_KB 1024
+#define PL_F16_CMAX 48     /* activation rows per packed block: 96 x 256 x 4 = 96 KiB (a multiple of RMAX) */
 
 PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
