@@ -144,9 +144,11 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
     free(wf); free(wq); free(x); free(y_ref); free(y_plain); free(y_prep); free(y_one);
 }
 
-/* q/k/v group and gate/up + SwiGLU through the graph executor vs per node */
-static void test_fusion(pl_dtype dt) {
-    const int64_t K = 512, N = 256, M = 9;
+/* q/k/v group and gate/up + SwiGLU through the graph executor (2 threads)
+ * vs per node (1 thread): M = 1 takes the decode path, whose guided claims
+ * cross from one matrix of the group into the next. */
+static void test_fusion(pl_dtype dt, int64_t M) {
+    const int64_t K = 512, N = 256;
     pl_rng r = {42 + (uint64_t)dt};
     const size_t row = pl_dtype_row_size(dt, K);
     char *wq[3];
@@ -180,7 +182,7 @@ static void test_fusion(pl_dtype dt) {
             pl_graph_apply_plan(&g, &g, mem, scratch);
             size_t work = 0;
             pl_graph_work_size(&g, &pl_backend_cpu, 2, &work);
-            pl_exec_ctx *ctx = cpu_ctx(2, work);
+            pl_exec_ctx *ctx = cpu_ctx(run == 0 ? 1 : 2, work);
             if (pl_backend_cpu.weight_prepare_size(ctx, &w[0])) {
                 const pl_tensor *ws[3] = {&w[0], &w[1], &w[2]};
                 pl_backend_cpu.weight_prepare(ctx, ws, 3, NULL, NULL);
@@ -202,8 +204,8 @@ static void test_fusion(pl_dtype dt) {
             pl_graph_free(&g);
         }
         for (int i = 0; i < 3; i++) {
-            CHECK(memcmp(out[0][i], out[1][i], (size_t)(N * M) * 4) == 0, "%s %s: output %d of the fused run == per node",
-                  pl_dtype_name(dt), pass ? "gate/up/swiglu" : "q/k/v", i);
+            CHECK(memcmp(out[0][i], out[1][i], (size_t)(N * M) * 4) == 0, "%s %s M=%lld: output %d of the fused run == per node",
+                  pl_dtype_name(dt), pass ? "gate/up/swiglu" : "q/k/v", (long long)M, i);
             free(out[0][i]);
             free(out[1][i]);
         }
@@ -305,8 +307,11 @@ int main(void) {
     test_prepared_matmul(PL_Q6_K, 768, 48);
     test_prepared_matmul(PL_F16, 200, 192);
     test_prepared_matmul(PL_F16, 1024, 128);
-    test_fusion(PL_Q4_K);
-    test_fusion(PL_F16);
+    for (int64_t M = 1; M <= 9; M += 8) {
+        test_fusion(PL_Q4_K, M);
+        test_fusion(PL_Q6_K, M);
+        test_fusion(PL_F16, M);
+    }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
     test_attention_prefill(PL_F32, 64, 6, 3, 70, 5);

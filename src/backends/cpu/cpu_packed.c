@@ -47,6 +47,10 @@ typedef struct pl_pk_job {
     char *abuf;
     size_t as;
     int64_t acts_per_chunk, n_chunks;
+    /* decode with several threads: guided self-scheduling over the panels of
+     * all matrices in a row (see pl_pk_task_guided); 0 otherwise */
+    int64_t total_panels, min_grab, grab_align;
+    int nth;
     atomic_llong next;
 } pl_pk_job;
 
@@ -86,16 +90,10 @@ static void pl_pk_run(const pl_pk_job *j, const pl_pk_mat *mt, int64_t p0, int64
 #endif
 }
 
-static void pl_pk_chunk(const pl_pk_job *j, int64_t id) {
-    int mi = 0;
-    while (mi + 1 < j->n_mat && !j->swiglu && id >= j->mat[mi + 1].first_chunk) mi++;
+/* Panels [p0, p1) of matrix mi x activation rows [c0, c1) (with up and the
+ * SwiGLU over the same rows for a gate/up job). */
+static void pl_pk_chunk_panels(const pl_pk_job *j, int mi, int64_t p0, int64_t p1, int64_t c0, int64_t c1) {
     const pl_pk_mat *mt = &j->mat[mi];
-    id -= mt->first_chunk;
-    const int64_t pc = id % mt->n_panel_chunks, ac = id / mt->n_panel_chunks;
-    const int64_t p0 = pc * mt->panels_per_chunk;
-    const int64_t p1 = p0 + mt->panels_per_chunk < mt->n_panels ? p0 + mt->panels_per_chunk : mt->n_panels;
-    const int64_t c0 = ac * j->acts_per_chunk;
-    const int64_t c1 = c0 + j->acts_per_chunk < j->M ? c0 + j->acts_per_chunk : j->M;
     pl_pk_run(j, mt, p0, p1, c0, c1);
     if (j->swiglu) {
         /* the same rows of up, then silu(gate) * up over them: the segments
@@ -110,6 +108,61 @@ static void pl_pk_chunk(const pl_pk_job *j, int64_t id) {
 #endif
         }
     }
+}
+
+static void pl_pk_chunk(const pl_pk_job *j, int64_t id) {
+    int mi = 0;
+    while (mi + 1 < j->n_mat && !j->swiglu && id >= j->mat[mi + 1].first_chunk) mi++;
+    const pl_pk_mat *mt = &j->mat[mi];
+    id -= mt->first_chunk;
+    const int64_t pc = id % mt->n_panel_chunks, ac = id / mt->n_panel_chunks;
+    const int64_t p0 = pc * mt->panels_per_chunk;
+    const int64_t p1 = p0 + mt->panels_per_chunk < mt->n_panels ? p0 + mt->panels_per_chunk : mt->n_panels;
+    const int64_t c0 = ac * j->acts_per_chunk;
+    const int64_t c1 = c0 + j->acts_per_chunk < j->M ? c0 + j->acts_per_chunk : j->M;
+    pl_pk_chunk_panels(j, mi, p0, p1, c0, c1);
+}
+
+/* Decode (one activation row), several threads: the panels of all matrices
+ * of the job, in order, form one range; a thread claims the next
+ * remaining / (2 nth) panels (at least min_grab), so the claims shrink as
+ * the job drains. The first claims are long contiguous streams; the last
+ * are short, so the threads finish within a short claim of each other
+ * instead of within one fixed chunk (1/8 of a matrix at 2 threads, which
+ * left one thread idle for ~1/16 of every matmul). A claim that crosses
+ * from one matrix into the next runs as two sweeps. Each output row is
+ * still computed by one panel call: results do not depend on the claims. */
+static void pl_pk_task_guided(void *arg, int ith, int nth) {
+    pl_pk_job *j = arg;
+    const int64_t total = j->total_panels;
+    long long cur = atomic_load_explicit(&j->next, memory_order_relaxed);
+    for (;;) {
+        int64_t take;
+        do {
+            if (cur >= total) return;
+            const int64_t rem = total - cur;
+            take = rem / (2 * j->nth);
+            take = (take + j->grab_align - 1) / j->grab_align * j->grab_align;
+            if (take < j->min_grab) take = j->min_grab;
+            if (take > rem) take = rem;
+        } while (!atomic_compare_exchange_weak_explicit(&j->next, &cur, cur + take, memory_order_relaxed,
+                                                        memory_order_relaxed));
+        /* [cur, cur + take) over the matrices (first_chunk holds each
+         * matrix's first panel in the combined range) */
+        int64_t lo = cur, hi = cur + take;
+        for (int mi = 0; mi < j->n_mat && lo < hi; mi++) {
+            const pl_pk_mat *mt = &j->mat[mi];
+            const int64_t m0 = mt->first_chunk, m1 = m0 + mt->n_panels;
+            if (lo >= m1) continue;
+            const int64_t e = hi < m1 ? hi : m1;
+            pl_pk_chunk_panels(j, mi, lo - m0, e - m0, 0, 1);
+            lo = e;
+            if (j->swiglu) break;   /* gate's panels only: the range ends there */
+        }
+        cur = atomic_load_explicit(&j->next, memory_order_relaxed);
+    }
+    (void)ith;
+    (void)nth;
 }
 
 static void pl_pk_task(void *arg, int ith, int nth) {
@@ -195,7 +248,27 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
     if (swiglu) j->mat[1].panels_per_chunk = j->mat[0].panels_per_chunk;
     j->n_chunks = total;
     atomic_init(&j->next, 0);
-    if (nth > 1 && j->n_chunks > 1) pl_threadpool_run_elastic(ctx->pool, pl_pk_task, j);
+    static int guided = -1;
+    if (guided < 0) guided = pl_cpu_switch("PL_CPU_GUIDED");
+    if (guided && nth > 1 && M == 1) {
+        /* first_chunk becomes each matrix's first panel in the combined range */
+        int64_t tp = 0;
+        for (int i = 0; i < n; i++) {
+            j->mat[i].first_chunk = tp;
+            if (!swiglu || i == 0) tp += j->mat[i].n_panels;
+        }
+        const bool f16 = pks[0]->kind == PL_PACK_F16_X16;
+        j->total_panels = tp;
+        j->nth = nth;
+        /* f16: whole 64-row groups; k-quants: pairs of 8-row panels. The
+         * shortest claim is ~32 KiB of weights or more. */
+        j->grab_align = f16 ? 4 : 2;
+        const size_t panel_bytes = f16 ? (size_t)K * PL_F16X_ROWS * 2 : (size_t)(K / QK_K) * (pks[0]->kind == PL_PACK_Q6K_X8 ? sizeof(pl_q6kx8) : sizeof(pl_q4kx8));
+        int64_t mg = (int64_t)((32 << 10) / (panel_bytes ? panel_bytes : 1));
+        mg = (mg + j->grab_align - 1) / j->grab_align * j->grab_align;
+        j->min_grab = mg < j->grab_align ? j->grab_align : mg;
+        pl_threadpool_run_elastic(ctx->pool, pl_pk_task_guided, j);
+    } else if (nth > 1 && j->n_chunks > 1) pl_threadpool_run_elastic(ctx->pool, pl_pk_task, j);
     else
         for (int64_t id = 0; id < j->n_chunks; id++) pl_pk_chunk(j, id);
     pl_cpu_scratch_release(&scratch);

@@ -38,7 +38,8 @@ bool pl_cpu_has_vnni512(void) {
  * PL_CPU_REPACK=0 (no prepared weights), PL_CPU_FUSE=0 (no fused node
  * groups), PL_CPU_FLASH=0 (the two-pass prefill attention instead of the
  * tiled one), PL_CPU_FA=0 (f32 two-pass attention for small batches too,
- * instead of llama.cpp's flash-attention numerics). All default to on. */
+ * instead of llama.cpp's flash-attention numerics), PL_CPU_GUIDED=0 (fixed
+ * decode chunks instead of guided self-scheduling). All default to on. */
 bool pl_cpu_switch(const char *name) {
     const char *e = getenv(name);
     return !(e && e[0] == '0');
