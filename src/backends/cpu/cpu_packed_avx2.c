@@ -395,7 +395,7 @@ PL_VNNI_AI void pl_f16_gemm_panel(int64_t KB, const uint16_t *w, const float *ap
 
 #define PL_F16_RMAX 24
 #define PL_F16_KB 1024
-#define PL_F16_CMAX 48     /* activation rows per packed block: 96 x 256 x 4 = 96 KiB (a multiple of RMAX) */
+#define PL_F16_CMAX 48     /* activation rows per packed block: 48 x 1024 x 4 = 192 KiB (a multiple of RMAX) */
 
 PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
@@ -421,7 +421,7 @@ PL_VNNI void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, i
         const int64_t ce = cb + PL_F16_CMAX < c1 ? cb + PL_F16_CMAX : c1;
         for (int64_t k0 = 0; k0 < K; k0 += PL_F16_KB) {
             const int64_t KB = K - k0 < PL_F16_KB ? K - k0 : PL_F16_KB;
-            /* pack: tile t (R_t rows from cb + 12 t) at ap + 12 t * KB, [k][R_t] */
+            /* pack: tile t (R_t rows from cb + 24 t) at ap + 24 t * KB, [k][R_t] */
             for (int64_t c = cb; c < ce; c += PL_F16_RMAX) {
                 const int R = ce - c < PL_F16_RMAX ? (int)(ce - c) : PL_F16_RMAX;
                 float *t = ap + (c - cb) * KB;
