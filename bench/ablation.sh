@@ -16,6 +16,9 @@
 #              tiled (flash) one
 #   no-fa      PL_CPU_FA=0: decode attention in f32 two-pass form instead of
 #              the online, K/V-shared-across-the-group form
+#   no-guided  PL_CPU_GUIDED=0: decode matmuls in 4 fixed chunks per thread
+#              and matrix instead of guided self-scheduling (only matters
+#              with more than one thread)
 # Environment: THREADS ("1 2"), P (512), N (128), ROUNDS (2), POCKETLLM.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -31,7 +34,7 @@ THREADS="${THREADS:-1 2}"
 P="${P:-512}"
 N="${N:-128}"
 ROUNDS="${ROUNDS:-2}"
-configs=(all no-repack no-fuse no-flash no-fa)
+configs=(all no-repack no-fuse no-flash no-fa no-guided)
 env_of() {
   case "$1" in
     all) echo "" ;;
@@ -39,6 +42,7 @@ env_of() {
     no-fuse) echo "PL_CPU_FUSE=0" ;;
     no-flash) echo "PL_CPU_FLASH=0" ;;
     no-fa) echo "PL_CPU_FA=0" ;;
+    no-guided) echo "PL_CPU_GUIDED=0" ;;
   esac
 }
 work="$(mktemp -d)"
