@@ -22,13 +22,8 @@
 # Environment: THREADS ("1 2"), P (512), N (128), ROUNDS (2), POCKETLLM.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-pocketllm="${POCKETLLM:-}"
-if [ -z "$pocketllm" ]; then
-  for c in "$root/build-perf/bin/pocketllm" "$root/build/bin/pocketllm"; do
-    if [ -x "$c" ]; then pocketllm="$c"; break; fi
-  done
-fi
-[ -x "$pocketllm" ] || { echo "no pocketllm binary (build it, or set POCKETLLM)" >&2; exit 1; }
+# shellcheck source=bench/find-pocketllm.sh
+. "$root/bench/find-pocketllm.sh"
 [ $# -ge 1 ] || { echo "usage: $0 MODEL.gguf [MODEL.gguf ...]" >&2; exit 1; }
 THREADS="${THREADS:-1 2}"
 P="${P:-512}"

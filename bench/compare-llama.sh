@@ -31,13 +31,8 @@ for c in "$LLAMA_CPP_DIR/build/bin/llama-bench" "$LLAMA_CPP_DIR/bin/llama-bench"
   if [ -x "$c" ]; then llama_bench="$c"; break; fi
 done
 [ -n "$llama_bench" ] || { echo "no llama-bench under $LLAMA_CPP_DIR (build llama.cpp first)" >&2; exit 1; }
-pocketllm="${POCKETLLM:-}"
-if [ -z "$pocketllm" ]; then
-  for c in "$root/build-perf/bin/pocketllm" "$root/build/bin/pocketllm"; do
-    if [ -x "$c" ]; then pocketllm="$c"; break; fi
-  done
-fi
-[ -x "$pocketllm" ] || { echo "no pocketllm binary (build it, or set POCKETLLM)" >&2; exit 1; }
+# shellcheck source=bench/find-pocketllm.sh
+. "$root/bench/find-pocketllm.sh"
 [ $# -ge 1 ] || { echo "usage: LLAMA_CPP_DIR=... $0 MODEL.gguf [MODEL.gguf ...]" >&2; exit 1; }
 
 THREADS="${THREADS:-1 2}"

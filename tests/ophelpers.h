@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "kernels/abi.h"
 #include "kernels/dtype.h"
 #include "quant/quant.h"
 
@@ -77,6 +78,23 @@ static inline void pl_random_block(pl_rng *r, pl_dtype t, unsigned char *blk) {
         for (int64_t k = 0; k < tr->block_size; k++) ok = ok && isfinite(dec[k]) && fabsf(dec[k]) < 1e3f;
         if (ok) return;
     }
+}
+
+/* Rows of weights in any readable dtype: Gaussian values encoded with the
+ * reference quantizer; for a dtype without one (the IQ / TQ types), random
+ * blocks (pl_random_block). */
+static inline void pl_fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
+    const int64_t n = t->ne[0];
+    float *tmp = (float *)malloc((size_t)n * sizeof *tmp);
+    const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
+    for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+        for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
+            unsigned char *row = (unsigned char *)pl_tensor_row(t, i1, i2, 0);
+            pl_fill_normal(r, tmp, n, sigma);
+            if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
+            for (int64_t b = 0; b < n / tr->block_size; b++) pl_random_block(r, t->dtype, row + b * tr->type_size);
+        }
+    free(tmp);
 }
 
 #endif

@@ -198,26 +198,6 @@ static void fill_f32(pl_tensor *t, pl_rng *r, float sigma) {
         for (int64_t i1 = 0; i1 < t->ne[1]; i1++) pl_fill_normal(r, f32p(t, 0, i1, i2), t->ne[0], sigma);
 }
 
-/* Gaussian rows through the reference quantizer; for a type without one (the
- * IQ / TQ types) random blocks, re-drawn until they decode to finite,
- * moderate values (as test_ops does). */
-static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
-    const int64_t n = t->ne[0];
-    float *tmp = malloc((size_t)n * sizeof *tmp);
-    const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
-    for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-        for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
-            unsigned char *row = pl_tensor_row(t, i1, i2, 0);
-            pl_fill_normal(r, tmp, n, sigma);
-            if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
-            for (int64_t b = 0; b < n / tr->block_size; b++) {
-                unsigned char *blk = row + b * tr->type_size;
-                pl_random_block(r, t->dtype, blk);
-            }
-        }
-    free(tmp);
-}
-
 static void set_i32(pl_tensor *t, int64_t i, int32_t v) { memcpy((char *)t->data + i * 4, &v, 4); }
 
 /* Device copies of every buffer (guards included) and the device node. */
@@ -385,7 +365,7 @@ static void cases_matmul(pl_dtype key, pl_rng *r, stats *st) {
                 new_case(&c, PL_OP_MATMUL, key);
                 snprintf(c.desc, sizeof c.desc, "K=%lld N=%lld M=%lld%s%s", (long long)K, (long long)N, (long long)M,
                          xpad ? " x-strided" : "", wpad ? " W-strided" : "");
-                fill_rows(mk(&c, 0, key, 2, K, N, 1, wpad), r, 1.0f);
+                pl_fill_rows(mk(&c, 0, key, 2, K, N, 1, wpad), r, 1.0f);
                 fill_f32(mk(&c, 1, PL_F32, 2, K, M, 1, xpad), r, 1.0f);
                 mk(&c, DST, PL_F32, 2, N, M, 1, 0);
                 run_xcase(&c, st);
@@ -397,7 +377,7 @@ static void cases_matmul(pl_dtype key, pl_rng *r, stats *st) {
         xcase c;
         new_case(&c, PL_OP_MATMUL, key);
         snprintf(c.desc, sizeof c.desc, "K=8192 N=5 M=%lld (split-K)", (long long)Ms2[mi]);
-        fill_rows(mk(&c, 0, key, 2, 8192, 5, 1, 0), r, 1.0f);
+        pl_fill_rows(mk(&c, 0, key, 2, 8192, 5, 1, 0), r, 1.0f);
         fill_f32(mk(&c, 1, PL_F32, 2, 8192, Ms2[mi], 1, 0), r, 1.0f);
         mk(&c, DST, PL_F32, 2, 5, Ms2[mi], 1, 0);
         run_xcase(&c, st);
@@ -416,7 +396,7 @@ static void cases_get_rows(pl_dtype key, pl_rng *r, stats *st) {
             xcase c;
             new_case(&c, PL_OP_GET_ROWS, key);
             snprintf(c.desc, sizeof c.desc, "C=%lld n=%lld%s", (long long)C, (long long)n, pad ? " strided" : "");
-            fill_rows(mk(&c, 0, key, 2, C, R, 1, pad), r, 1.0f);
+            pl_fill_rows(mk(&c, 0, key, 2, C, R, 1, pad), r, 1.0f);
             pl_tensor *ids = mk(&c, 1, PL_I32, 1, n, 1, 1, 0);
             for (int64_t i = 0; i < n; i++) set_i32(ids, i, i == 0 ? (int32_t)(R - 1) : (int32_t)pl_rng_int(r, 0, R - 1));
             mk(&c, DST, PL_F32, 2, C, n, 1, 0);
@@ -521,7 +501,7 @@ static void cases_cache(pl_dtype key, pl_rng *r, stats *st) {
                  kcfg[i][2] ? "prefill" : "scattered", pad ? " cache-strided" : "");
         fill_f32(mk(&c, 0, PL_F32, 2, kv_dim, nt, 1, i == 3 ? 8 : 0), r, 3.0f);
         pick_slots(r, mk(&c, 1, PL_I32, 1, nt, 1, 1, 0), mk(&c, 2, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, kcfg[i][2]);
-        fill_rows(mk(&c, DST, key, 3, kv_dim, n_ctx, n_seq, pad), r, 1.0f);
+        pl_fill_rows(mk(&c, DST, key, 3, kv_dim, n_ctx, n_seq, pad), r, 1.0f);
         run_xcase(&c, st);
         free_case(&c);
     }
@@ -542,8 +522,8 @@ static void cases_cache(pl_dtype key, pl_rng *r, stats *st) {
         snprintf(c.desc, sizeof c.desc, "head_dim=%lld n_head=%lld n_kv=%lld n_tok=%lld n_ctx=%lld %s", (long long)hd,
                  (long long)nh, (long long)nkv, (long long)nt, (long long)n_ctx, acfg[i][4] ? "prefill" : "scattered");
         fill_f32(mk(&c, 0, PL_F32, 3, hd, nh, nt, (size_t)acfg[i][6]), r, 1.0f);
-        fill_rows(mk(&c, 1, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
-        fill_rows(mk(&c, 2, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
+        pl_fill_rows(mk(&c, 1, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
+        pl_fill_rows(mk(&c, 2, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
         pick_slots(r, mk(&c, 3, PL_I32, 1, nt, 1, 1, 0), mk(&c, 4, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, acfg[i][4]);
         mk(&c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
         run_xcase(&c, st);
@@ -690,7 +670,7 @@ static void test_graph_matmuls(void) {
     size_t ws = 0;
     for (int i = 0; i < 4; i++) {
         pl_tensor_init(&hW[i], wt[i], 2, (int64_t[]){K, N}, malloc(pl_dtype_row_size(wt[i], K) * N));
-        fill_rows(&hW[i], &r, 1.0f);
+        pl_fill_rows(&hW[i], &r, 1.0f);
         y[i] = malloc(N * M * 4);
         pl_tensor_init(&hy[i], PL_F32, 2, (int64_t[]){N, M}, y[i]);
         dW[i] = hW[i];

@@ -108,26 +108,6 @@ static void set_i32(pl_tensor *t, int64_t i, int32_t v) {
     memcpy((char *)t->data + i * (int64_t)t->nb[0], &v, 4);
 }
 
-/* Rows of weights in any readable dtype: Gaussian values encoded with the
- * reference quantizer; for a dtype without one (e.g. a new IQ type), random
- * blocks, re-drawn until they decode to finite, moderate values. */
-static void fill_rows(pl_tensor *t, pl_rng *r, float sigma) {
-    const int64_t n = t->ne[0];
-    float *tmp = malloc((size_t)n * sizeof *tmp);
-    const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
-    for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
-        for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
-            unsigned char *row = pl_tensor_row(t, i1, i2, 0);
-            pl_fill_normal(r, tmp, n, sigma);
-            if (pl_quantize_row(t->dtype, tmp, row, n)) continue;
-            for (int64_t b = 0; b < n / tr->block_size; b++) {
-                unsigned char *blk = row + b * tr->type_size;
-                pl_random_block(r, t->dtype, blk);
-            }
-        }
-    free(tmp);
-}
-
 /* Snapshots every buffer once the case is filled. */
 static void seal(op_case *c) {
     for (int s = 0; s <= DST; s++) {
@@ -171,7 +151,7 @@ static int gen_get_rows(op_case *cs, pl_dtype key, pl_rng *r) {
             op_case *c = new_case(cs, &n, PL_OP_GET_ROWS, key);
             snprintf(c->desc, sizeof c->desc, "C=%lld R=%lld n=%lld%s", (long long)C, (long long)R, (long long)nid,
                      pad ? " strided" : "");
-            fill_rows(mk(c, 0, key, 2, C, R, 1, pad), r, 1.0f);
+            pl_fill_rows(mk(c, 0, key, 2, C, R, 1, pad), r, 1.0f);
             pl_tensor *ids = mk(c, 1, PL_I32, 1, nid, 1, 1, 0);
             for (int64_t i = 0; i < nid; i++) set_i32(ids, i, i == 0 ? (int32_t)(R - 1) : i == 1 ? 0 : (int32_t)pl_rng_int(r, 0, R - 1));
             mk(c, DST, PL_F32, 2, C, nid, 1, 0);
@@ -197,7 +177,7 @@ static int gen_matmul(op_case *cs, pl_dtype key, pl_rng *r) {
                 op_case *c = new_case(cs, &n, PL_OP_MATMUL, key);
                 snprintf(c->desc, sizeof c->desc, "K=%lld N=%lld M=%lld%s%s", (long long)K, (long long)N,
                          (long long)M, xpad ? " x-strided" : "", wpad ? " W-strided" : "");
-                fill_rows(mk(c, 0, key, 2, K, N, 1, wpad), r, 1.0f);
+                pl_fill_rows(mk(c, 0, key, 2, K, N, 1, wpad), r, 1.0f);
                 fill_f32(mk(c, 1, PL_F32, 2, K, M, 1, xpad), r, 1.0f);
                 mk(c, DST, PL_F32, 2, N, M, 1, 0);
                 seal(c);
@@ -320,7 +300,7 @@ static int gen_kv_store(op_case *cs, pl_dtype key, pl_rng *r) {
                  pad ? " cache-strided" : "");
         fill_f32(mk(c, 0, PL_F32, 2, kv_dim, nt, 1, i == 3 ? 8 : 0), r, 3.0f);
         pick_slots(r, mk(c, 1, PL_I32, 1, nt, 1, 1, 0), mk(c, 2, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, cfg[i][2]);
-        fill_rows(mk(c, DST, key, 3, kv_dim, n_ctx, n_seq, pad), r, 1.0f);  /* old cache contents */
+        pl_fill_rows(mk(c, DST, key, 3, kv_dim, n_ctx, n_seq, pad), r, 1.0f);  /* old cache contents */
         seal(c);
     }
     return n;
@@ -342,8 +322,8 @@ static int gen_attention(op_case *cs, pl_dtype key, pl_rng *r) {
         snprintf(c->desc, sizeof c->desc, "head_dim=%lld n_head=%lld n_kv_head=%lld n_tok=%lld %s%s", (long long)hd,
                  (long long)nh, (long long)nkv, (long long)nt, cfg[i][4] ? "prefill" : "scattered", qpad ? " q-strided" : "");
         fill_f32(mk(c, 0, PL_F32, 3, hd, nh, nt, qpad), r, 1.0f);
-        fill_rows(mk(c, 1, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
-        fill_rows(mk(c, 2, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
+        pl_fill_rows(mk(c, 1, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
+        pl_fill_rows(mk(c, 2, key, 3, nkv * hd, n_ctx, n_seq, i == 4 ? 16 : 0), r, 1.0f);
         pick_slots(r, mk(c, 3, PL_I32, 1, nt, 1, 1, 0), mk(c, 4, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, cfg[i][4]);
         mk(c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
         seal(c);
@@ -1170,7 +1150,7 @@ static int run_perf(void) {
             c.op = c.node.op = PL_OP_MATMUL;
             c.key = wts[wi];
             snprintf(c.desc, sizeof c.desc, "K=%lld N=%lld M=%lld", (long long)K, (long long)N, (long long)M);
-            fill_rows(mk(&c, 0, wts[wi], 2, K, N, 1, 0), &r, 1.0f);
+            pl_fill_rows(mk(&c, 0, wts[wi], 2, K, N, 1, 0), &r, 1.0f);
             fill_f32(mk(&c, 1, PL_F32, 2, K, M, 1, 0), &r, 1.0f);
             mk(&c, DST, PL_F32, 2, N, M, 1, 0);
             seal(&c);
@@ -1240,7 +1220,7 @@ static int run_perf(void) {
             fill_f32(mk(&c, 0, PL_F32, 2, 1024, T, 1, 0), &r, 1.0f);
             pl_tensor *p = mk(&c, 1, PL_I32, 1, T, 1, 1, 0), *s = mk(&c, 2, PL_I32, 1, T, 1, 1, 0);
             for (int64_t t = 0; t < T; t++) { set_i32(p, t, (int32_t)(500 + t)); set_i32(s, t, 0); }
-            fill_rows(mk(&c, DST, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
+            pl_fill_rows(mk(&c, DST, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
             seal(&c);
             perf_case(&c, 0);
             free_case(&c);
@@ -1250,8 +1230,8 @@ static int run_perf(void) {
             c.key = cdt;
             snprintf(c.desc, sizeof c.desc, "16/8 heads, %lld tok, ~1k ctx", (long long)T);
             fill_f32(mk(&c, 0, PL_F32, 3, 128, 16, T, 0), &r, 1.0f);
-            fill_rows(mk(&c, 1, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
-            fill_rows(mk(&c, 2, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
+            pl_fill_rows(mk(&c, 1, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
+            pl_fill_rows(mk(&c, 2, cdt, 3, 1024, n_ctx, 1, 0), &r, 1.0f);
             p = mk(&c, 3, PL_I32, 1, T, 1, 1, 0);
             s = mk(&c, 4, PL_I32, 1, T, 1, 1, 0);
             for (int64_t t = 0; t < T; t++) { set_i32(p, t, (int32_t)(n_ctx - T + t)); set_i32(s, t, 0); }
@@ -1268,7 +1248,7 @@ static int run_perf(void) {
             c.op = c.node.op = PL_OP_GET_ROWS;
             c.key = wts[wi];
             snprintf(c.desc, sizeof c.desc, "%lld of [1024, 4096]", (long long)T);
-            fill_rows(mk(&c, 0, wts[wi], 2, 1024, 4096, 1, 0), &r, 1.0f);
+            pl_fill_rows(mk(&c, 0, wts[wi], 2, 1024, 4096, 1, 0), &r, 1.0f);
             pl_tensor *ids = mk(&c, 1, PL_I32, 1, T, 1, 1, 0);
             for (int64_t t = 0; t < T; t++) set_i32(ids, t, (int32_t)pl_rng_int(&r, 0, 4095));
             mk(&c, DST, PL_F32, 2, 1024, T, 1, 0);

@@ -50,7 +50,6 @@ typedef struct pl_pk_job {
     /* decode with several threads: guided self-scheduling over the panels of
      * all matrices in a row (see pl_pk_task_guided); 0 otherwise */
     int64_t total_panels, min_grab, grab_align;
-    int nth;
     atomic_llong next;
 } pl_pk_job;
 
@@ -141,7 +140,7 @@ static void pl_pk_task_guided(void *arg, int ith, int nth) {
         do {
             if (cur >= total) return;
             const int64_t rem = total - cur;
-            take = rem / (2 * j->nth);
+            take = rem / (2 * nth);
             take = (take + j->grab_align - 1) / j->grab_align * j->grab_align;
             if (take < j->min_grab) take = j->min_grab;
             if (take > rem) take = rem;
@@ -162,7 +161,6 @@ static void pl_pk_task_guided(void *arg, int ith, int nth) {
         cur = atomic_load_explicit(&j->next, memory_order_relaxed);
     }
     (void)ith;
-    (void)nth;
 }
 
 static void pl_pk_task(void *arg, int ith, int nth) {
@@ -259,7 +257,6 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
         }
         const bool f16 = pks[0]->kind == PL_PACK_F16_X16;
         j->total_panels = tp;
-        j->nth = nth;
         /* f16: whole 64-row groups; k-quants: pairs of 8-row panels. The
          * shortest claim is ~32 KiB of weights or more. */
         j->grab_align = f16 ? 4 : 2;

@@ -184,16 +184,13 @@ static inline cudaError_t pl_cu_tables_upload_here(void) {
 #define PL_CU_LADDER_TYPES(X) \
     X(PL_Q2_K) X(PL_Q3_K) X(PL_Q5_K) X(PL_IQ2_XXS) X(PL_IQ2_XS) X(PL_IQ2_S) X(PL_IQ1_S) X(PL_IQ1_M) X(PL_TQ1_0) X(PL_TQ2_0)
 
-/* True for the types decoded by pl_cu_decode32 (and multiplied through it). */
-PL_HD constexpr bool pl_cu_is_ladder(int T) {
-    return T == PL_Q2_K || T == PL_Q3_K || T == PL_Q5_K || T == PL_IQ2_XXS || T == PL_IQ2_XS || T == PL_IQ2_S ||
-           T == PL_IQ1_S || T == PL_IQ1_M || T == PL_TQ1_0 || T == PL_TQ2_0;
-}
-/* Bytes per 256-weight block of a ladder type. */
+/* Bytes per 256-weight block of a ladder type; 0 for any other type. */
 PL_HD constexpr int pl_cu_ladder_bytes(int T) {
     return T == PL_Q2_K ? 84 : T == PL_Q3_K ? 110 : T == PL_Q5_K ? 176 : T == PL_IQ2_XXS ? 66 : T == PL_IQ2_XS ? 74
          : T == PL_IQ2_S ? 82 : T == PL_IQ1_S ? 50 : T == PL_IQ1_M ? 56 : T == PL_TQ1_0 ? 54 : T == PL_TQ2_0 ? 66 : 0;
 }
+/* True for the types decoded by pl_cu_decode32 (and multiplied through it). */
+PL_HD constexpr bool pl_cu_is_ladder(int T) { return pl_cu_ladder_bytes(T) != 0; }
 
 PL_HD uint32_t pl_cu_ld_u16_any(const uint8_t *p) { return (uint32_t)p[0] | ((uint32_t)p[1] << 8); }
 PL_HD float pl_cu_h2f_any(const uint8_t *p) { return pl_cu_h2f((uint16_t)pl_cu_ld_u16_any(p)); }
