@@ -82,7 +82,10 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
     float *x = malloc((size_t)(K * M) * sizeof(float));
     pl_fill_normal(&r, x, K * M, 1.0f);
     float *y_ref = malloc((size_t)(N * M) * 4), *y_plain = malloc((size_t)(N * M) * 4), *y_prep = malloc((size_t)(N * M) * 4);
-    float *y_one = malloc((size_t)N * 4);
+    /* one-row output with a canary after row N: a padded last panel
+     * (N % 16 == 8) must not be stored past the end */
+    float *y_one = malloc((size_t)(N + 16) * 4);
+    for (int i = 0; i < 16; i++) y_one[N + i] = -77.0f;
     pl_tensor tx, ty;
     pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
     pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
@@ -123,6 +126,9 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
             same = memcmp(y_one, y_prep + m * N, (size_t)N * 4) == 0;
         }
         CHECK(same, "%s: one activation row gives bit for bit the batched result", pl_dtype_name(dt));
+        bool canary = true;
+        for (int i = 0; i < 16; i++) canary &= y_one[N + i] == -77.0f;
+        CHECK(canary, "%s N=%lld: nothing stored past the last row", pl_dtype_name(dt), (long long)N);
         /* get_rows from the prepared table */
         const int64_t n_ids = 5;
         int32_t ids[5] = {0, (int32_t)(N - 1), (int32_t)(N / 2), 7, (int32_t)(N / 3)};
@@ -147,8 +153,8 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
 /* q/k/v group and gate/up + SwiGLU through the graph executor (2 threads)
  * vs per node (1 thread): M = 1 takes the decode path, whose guided claims
  * cross from one matrix of the group into the next. */
-static void test_fusion(pl_dtype dt, int64_t M) {
-    const int64_t K = 512, N = 256;
+static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
+    const int64_t K = 512;
     pl_rng r = {42 + (uint64_t)dt};
     const size_t row = pl_dtype_row_size(dt, K);
     char *wq[3];
@@ -204,8 +210,9 @@ static void test_fusion(pl_dtype dt, int64_t M) {
             pl_graph_free(&g);
         }
         for (int i = 0; i < 3; i++) {
-            CHECK(memcmp(out[0][i], out[1][i], (size_t)(N * M) * 4) == 0, "%s %s M=%lld: output %d of the fused run == per node",
-                  pl_dtype_name(dt), pass ? "gate/up/swiglu" : "q/k/v", (long long)M, i);
+            CHECK(memcmp(out[0][i], out[1][i], (size_t)(N * M) * 4) == 0,
+                  "%s %s M=%lld N=%lld: output %d of the fused run == per node", pl_dtype_name(dt),
+                  pass ? "gate/up/swiglu" : "q/k/v", (long long)M, (long long)N, i);
             free(out[0][i]);
             free(out[1][i]);
         }
@@ -305,12 +312,15 @@ int main(void) {
     test_prepared_matmul(PL_Q4_K, 512, 64);
     test_prepared_matmul(PL_Q4_K, 1024, 136);
     test_prepared_matmul(PL_Q6_K, 768, 48);
+    test_prepared_matmul(PL_Q6_K, 512, 40);
     test_prepared_matmul(PL_F16, 200, 192);
     test_prepared_matmul(PL_F16, 1024, 128);
     for (int64_t M = 1; M <= 9; M += 8) {
-        test_fusion(PL_Q4_K, M);
-        test_fusion(PL_Q6_K, M);
-        test_fusion(PL_F16, M);
+        test_fusion(PL_Q4_K, M, 256);
+        test_fusion(PL_Q6_K, M, 256);
+        test_fusion(PL_F16, M, 256);
+        test_fusion(PL_Q4_K, M, 136);   /* a padded last panel */
+        test_fusion(PL_Q6_K, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);

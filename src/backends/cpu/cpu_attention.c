@@ -285,7 +285,8 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
         qr[r] = dq;
     }
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (j->avx2) pl_cpu_att_dots_ggml_avx2(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS);
+    if (j->avx2)
+        pl_cpu_att_dots_ggml_avx2(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS, vbase, v->nb[1]);
     else
 #endif
         pl_att_dots_ggml_c(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS);

@@ -17,13 +17,23 @@ PL_AI __m256 pl_ld8(const char *row, int64_t d, const int f16) {
 }
 
 /* Cache rows j0..j0+n-1 of a K/V head slice (bytes each) are requested
- * ahead of use. The slice of one head is a few hundred bytes out of every
- * (kilobytes long) cache row, a stride the hardware prefetchers do not follow
- * across pages, so without this every line is a demand miss to L3. */
-PL_AI void pl_prefetch_rows(const char *base, size_t stride, int64_t j0, int64_t n, int64_t n_kv, size_t bytes) {
+ * ahead of use, into L1 (or L2 only). The slice of one head is a few hundred
+ * bytes out of every (kilobytes long) cache row, a stride the hardware
+ * prefetchers do not follow across pages, so without this every line is a
+ * demand miss to L3 or memory. */
+PL_AI void pl_prefetch_rows_to(const char *base, size_t stride, int64_t j0, int64_t n, int64_t n_kv, size_t bytes,
+                               const bool l2) {
     if (j0 + n > n_kv) n = n_kv - j0;
     for (int64_t j = 0; j < n; j++)
-        for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(base + (j0 + j) * stride + off, _MM_HINT_T0);
+        for (size_t off = 0; off < bytes; off += 64) {
+            const char *p = base + (j0 + j) * stride + off;
+            if (l2) _mm_prefetch(p, _MM_HINT_T1);
+            else _mm_prefetch(p, _MM_HINT_T0);
+        }
+}
+
+PL_AI void pl_prefetch_rows(const char *base, size_t stride, int64_t j0, int64_t n, int64_t n_kv, size_t bytes) {
+    pl_prefetch_rows_to(base, stride, j0, n, n_kv, bytes, false);
 }
 
 #define PL_PF_ROWS 16   /* rows per prefetch batch, about one batch ahead */
@@ -223,13 +233,19 @@ static float pl_dot_tail(const float *q, const char *k, bool f16, int64_t np, in
 }
 
 void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
-                               float scale, float *S, int64_t ldS) {
+                               float scale, float *S, int64_t ldS, const char *v, size_t vs) {
     const int64_t np = hd & ~(int64_t)31;
+    const size_t bytes = (size_t)hd * (f16 ? 2 : 4);
+    pl_prefetch_rows(k, ks, 0, PL_PF_ROWS, n, bytes);
     for (int r = 0; r < R; r++) {
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
-            /* the next batch of rows (the other heads of the group find them in cache) */
-            if (r == 0 && j % PL_PF_ROWS == 0) pl_prefetch_rows(k, ks, j + PL_PF_ROWS, PL_PF_ROWS, n, (size_t)hd * (f16 ? 2 : 4));
+            /* the next batch of K rows (the other heads of the group find
+             * them in cache), and V's rows of this batch into L2 */
+            if (r == 0 && j % PL_PF_ROWS == 0) {
+                pl_prefetch_rows(k, ks, j + PL_PF_ROWS, PL_PF_ROWS, n, bytes);
+                if (v) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
+            }
             __m256 a[8];
             PL_UNROLL
             for (int i = 0; i < 8; i++)
@@ -243,6 +259,7 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
             }
             _mm256_storeu_ps(S + r * ldS + j, _mm256_mul_ps(d, _mm256_set1_ps(scale)));
         }
+        if (r == 0 && v && j % PL_PF_ROWS == 0) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
         for (; j < n; j++) {
             __m256 a[8];
             a[0] = f16 ? pl_dot_partials(q[r], k + j * ks, 1, np) : pl_dot_partials(q[r], k + j * ks, 0, np);

@@ -88,35 +88,43 @@ void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
  * serves every row of the panel. Panel p holds rows PR*p .. PR*p + PR-1, its
  * blocks for k = 0..K-1 contiguous; panels are contiguous.
  *
- * q4_K -> pl_q4kx8 (8 rows per block of 256 k): the 6-bit scales and mins
- * unpacked to bytes, the nibbles reordered so that vector v of group g (32 k)
- * holds, at byte 4*r + e, element 4*(2v) + e of row r in its low nibble and
- * element 4*(2v+1) + e in its high nibble ("chunks" of 4 k per row, the unit
- * of a dpbusd lane); stored vector-major ([v][g]), the order in which a
- * decode sweep reads them. Exactly the same numbers as the original blocks.
- * q6_K -> pl_q6kx8 likewise: low 4 bits as q4_K's nibbles, the high 2 bits of
- * chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes [group16][row],
- * the vectors in the order a decode sweep reads them.
+ * q4_K -> pl_q4kx16 (16 rows per block of 256 k): the 6-bit scales and
+ * mins unpacked to bytes, the nibbles reordered so that vector v of group g
+ * (32 k) holds, at byte 4*r + e, element 4*(2v) + e of row r in its low
+ * nibble and element 4*(2v+1) + e in its high nibble ("chunks" of 4 k per
+ * row, the unit of a dpbusd lane); stored vector-major ([v][g]), the order
+ * in which a decode sweep reads them. Exactly the same numbers as the
+ * original blocks.
+ * q6_K -> pl_q6kx16 likewise: low 4 bits as q4_K's nibbles, the high 2 bits
+ * of chunk 4h + j at bits 2j..2j+1 of vector h, scales as bytes
+ * [group16][row]; per (h, g) the high-bit vector and the two low-bit vectors
+ * it completes, next to each other: a decode sweep reads the block forward
+ * (a layout that made it jump between three 512-byte streams ran at a third
+ * of the streaming rate from memory).
+ * Sixteen rows: one 512-bit vector per (v, g) and one 4-byte activation
+ * broadcast per 16 rows (8-row panels with 256-bit vectors: the same
+ * arithmetic, half the rows per load and per broadcast; measured 1.3-1.8x
+ * slower from cache, 10-15% slower from memory). A weight with N % 16 == 8
+ * gets a last panel padded with zero rows, never stored.
  * f16 -> 64 rows interleaved per k: [group of 64 rows][k][64]; a kernel panel
  * is 16 of those rows (one vector of 16 per k, the activation broadcast: an
  * outer product), and a decode sweep over the 4 panels of a group reads one
  * contiguous stream. */
-typedef struct pl_q4kx8 {
-    uint16_t d[8], dmin[8];     /* f16, per row */
-    uint8_t sc[8][8];           /* [group][row] */
-    uint8_t m[4][8][2];         /* [group pair][row][group & 1] */
-    uint8_t qs[4][8][32];       /* [vector][group][4*row + e] */
-} pl_q4kx8;
-typedef struct pl_q6kx8 {
-    uint16_t d[8];              /* f16, per row */
-    int8_t sc[16][8];           /* [group16][row] */
-    /* low-bit vector v of group g: q[PL_Q6_QL(v)][g] (as q4kx8.qs); the 2
-     * high bits of chunk 4h + j at bits 2j: q[PL_Q6_QH(h)][g]. Ordered so a
-     * decode sweep (v = 0..3, each with its qh h = v / 2) reads forward. */
-    uint8_t q[6][8][32];
-} pl_q6kx8;
-#define PL_Q6_QL(v) ((v) + ((v) >= 1) + ((v) >= 3))
-#define PL_Q6_QH(h) ((h) ? 4 : 1)
+#define PL_KQX_ROWS 16       /* rows per k-quant panel */
+static inline int64_t pl_kqx_panels(int64_t N) { return (N + PL_KQX_ROWS - 1) / PL_KQX_ROWS; }
+typedef struct pl_q4kx16 {
+    uint16_t d[16], dmin[16];   /* f16, per row */
+    uint8_t sc[8][16];          /* [group][row] */
+    uint8_t m[4][16][2];        /* [group pair][row][group & 1] */
+    uint8_t qs[4][8][64];       /* [vector][group][4*row + e] */
+} pl_q4kx16;
+typedef struct pl_q6kx16 {
+    uint16_t d[16];             /* f16, per row */
+    int8_t sc[16][16];          /* [group16][row] */
+    /* [h][g][0]: the 2 high bits of chunk 4h + j at bits 2j;
+     * [h][g][1 + i]: low-bit vector v = 2h + i of group g (as q4kx16.qs) */
+    uint8_t q[2][8][3][64];
+} pl_q6kx16;
 #define PL_F16X_ROWS 16      /* rows per kernel panel */
 #define PL_F16X_GROUP 64     /* rows interleaved per k in the layout */
 /* First element of f16 panel p (16 rows) of a K-column prepared weight; its
@@ -133,7 +141,7 @@ typedef struct pl_q8kx {
     int32_t nb32[16];
 } pl_q8kx;
 
-typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X8, PL_PACK_Q6K_X8, PL_PACK_F16_X16 } pl_cpu_pack_kind;
+typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -187,10 +195,10 @@ size_t pl_cpu_work_matmul_packed(const pl_node *node, pl_cpu_pack_kind kind);
  * A call computes panels [p0, p1) x activation rows [c0, c1):
  *   dst[c * N + r] for r in the panels' rows. */
 void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K);
-void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
-                            int64_t c0, int64_t c1, float *dst, int64_t N);
-void pl_cpu_gemm_q6kx8_vnni(int64_t K, const pl_q6kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
-                            int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q6kx16_vnni(int64_t K, const pl_q6kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
@@ -250,8 +258,11 @@ void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t 
 void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
                             int64_t hd, float *O, bool accumulate);
 float pl_cpu_att_softmax_avx2(float *x, int64_t n);
+/* v: when not NULL, the V rows (stride vs) of the same positions are
+ * brought into L2 as the K rows are read (the V recurrence that follows is
+ * a latency-bound chain that cannot run ahead to its own misses). */
 void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
-                               float scale, float *S, int64_t ldS);
+                               float scale, float *S, int64_t ldS, const char *v, size_t vs);
 void pl_cpu_vexp_avx2(float *x, int64_t n);
 void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
                           float inv0, float inv1, float *O0, float *O1);

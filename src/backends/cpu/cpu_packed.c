@@ -73,11 +73,11 @@ static void pl_pk_run(const pl_pk_job *j, const pl_pk_mat *mt, int64_t p0, int64
 #if PL_CPU_HAVE_AVX2_BUILD
     const pl_cpu_packed *pk = mt->pk;
     switch (pk->kind) {
-        case PL_PACK_Q4K_X8:
-            pl_cpu_gemm_q4kx8_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+        case PL_PACK_Q4K_X16:
+            pl_cpu_gemm_q4kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;
-        case PL_PACK_Q6K_X8:
-            pl_cpu_gemm_q6kx8_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+        case PL_PACK_Q6K_X16:
+            pl_cpu_gemm_q6kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;
         case PL_PACK_F16_X16:
             pl_cpu_gemm_f16x16_vnni(j->K, pk->data, p0, p1, (const float *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
@@ -96,10 +96,12 @@ static void pl_pk_chunk_panels(const pl_pk_job *j, int mi, int64_t p0, int64_t p
     pl_pk_run(j, mt, p0, p1, c0, c1);
     if (j->swiglu) {
         /* the same rows of up, then silu(gate) * up over them: the segments
-         * start and end on multiples of 8, so each element goes through the
-         * same code path as in the SWIGLU kernel over whole rows */
+         * start on multiples of 16 and end on one or at N (N % 8 == 0), so
+         * each element goes through the same code path as in the SWIGLU
+         * kernel over whole rows */
         pl_pk_run(j, &j->mat[1], p0, p1, c0, c1);
-        const int64_t rows = mt->N / mt->n_panels, r0 = p0 * rows, nr = (p1 - p0) * rows;
+        _Static_assert(PL_KQX_ROWS == PL_F16X_ROWS, "16-row panels for every prepared kind");
+        const int64_t r0 = p0 * PL_KQX_ROWS, r1 = p1 * PL_KQX_ROWS < mt->N ? p1 * PL_KQX_ROWS : mt->N, nr = r1 - r0;
         for (int64_t c = c0; c < c1; c++) {
             const int64_t off = c * mt->N + r0;
 #if PL_CPU_HAVE_AVX2_BUILD
@@ -231,12 +233,12 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
         mt->pk = pks[i];
         mt->dst = nodes[i]->dst->data;
         mt->N = pks[i]->N;
-        mt->n_panels = mt->N / (pks[i]->kind == PL_PACK_F16_X16 ? PL_F16X_ROWS : 8);
+        mt->n_panels = pks[i]->kind == PL_PACK_F16_X16 ? mt->N / PL_F16X_ROWS : pl_kqx_panels(mt->N);
         /* decode: ~4 contiguous runs of panels per thread; prefill: ~8
          * chunks per thread over all activation blocks */
         int64_t want = nth == 1 ? 1 : M == 1 ? 4 * nth : (8 * nth + n_act - 1) / n_act;
         mt->panels_per_chunk = (mt->n_panels + want - 1) / want;
-        if (mt->panels_per_chunk < (M == 1 ? 2 : 1)) mt->panels_per_chunk = M == 1 ? 2 : 1;
+        if (mt->panels_per_chunk < 1) mt->panels_per_chunk = 1;
         /* f16: whole 64-row groups (4 panels), one contiguous stream each */
         if (pks[i]->kind == PL_PACK_F16_X16) mt->panels_per_chunk = (mt->panels_per_chunk + 3) / 4 * 4;
         mt->n_panel_chunks = (mt->n_panels + mt->panels_per_chunk - 1) / mt->panels_per_chunk;
@@ -257,10 +259,10 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
         }
         const bool f16 = pks[0]->kind == PL_PACK_F16_X16;
         j->total_panels = tp;
-        /* f16: whole 64-row groups; k-quants: pairs of 8-row panels. The
-         * shortest claim is ~32 KiB of weights or more. */
-        j->grab_align = f16 ? 4 : 2;
-        const size_t panel_bytes = f16 ? (size_t)K * PL_F16X_ROWS * 2 : (size_t)(K / QK_K) * (pks[0]->kind == PL_PACK_Q6K_X8 ? sizeof(pl_q6kx8) : sizeof(pl_q4kx8));
+        /* f16: whole 64-row groups; k-quants: 16-row panels. The shortest
+         * claim is ~32 KiB of weights or more. */
+        j->grab_align = f16 ? 4 : 1;
+        const size_t panel_bytes = f16 ? (size_t)K * PL_F16X_ROWS * 2 : (size_t)(K / QK_K) * (pks[0]->kind == PL_PACK_Q6K_X16 ? sizeof(pl_q6kx16) : sizeof(pl_q4kx16));
         int64_t mg = (int64_t)((32 << 10) / (panel_bytes ? panel_bytes : 1));
         mg = (mg + j->grab_align - 1) / j->grab_align * j->grab_align;
         j->min_grab = mg < j->grab_align ? j->grab_align : mg;

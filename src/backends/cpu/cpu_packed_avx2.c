@@ -1,14 +1,13 @@
 /* Kernels for the prepared (interleaved) weight layouts of cpu_internal.h.
  * Compiled with -mavx2 -mfma -mf16c like every *_avx2.c; the functions here
  * additionally carry an AVX-512 target attribute (F/BW/VL/DQ/VNNI) and are
- * only called after pl_cpu_has_vnni512(). They use 256-bit vectors with the
- * 32 registers and the VNNI instructions of AVX-512VL.
+ * only called after pl_cpu_has_vnni512().
  *
- * k-quants (q4_K, q6_K x q8_K activations): one 32-bit lane per weight row,
- * each lane a dot product of 4 consecutive k ("chunk"):
+ * k-quants (q4_K, q6_K x q8_K activations), 512-bit vectors: one 32-bit
+ * lane per weight row, each lane a dot product of 4 consecutive k ("chunk"):
  *     acc[r] += sum_{e<4} w[r][4c + e] * y[4c + e]      (vpdpbusd)
- * with the 4 activation bytes of chunk c broadcast to every lane. A 32-byte
- * vector of the layout holds two chunks (low and high nibble) of 8 rows, so
+ * with the 4 activation bytes of chunk c broadcast to every lane. A 64-byte
+ * vector of the layout holds two chunks (low and high nibble) of 16 rows, so
  * one load, two ANDs and a shift feed two vpdpbusd. Per sub-block the lane
  * sums are scaled by the row's integer scale (vpmulld) into one int32 sum per
  * super-block, which is scaled to float once (d * dy), exactly as the q8_K
@@ -17,7 +16,8 @@
  * number of activation rows of a call: batched == alone bit for bit).
  *
  * f16 (x f16-rounded activations, as F32): outer products, 16 rows per panel
- * in two vectors, the activation broadcast: one FMA per 8 products and no
+ * (decode: in two 256-bit vectors; prefill: one 512-bit vector), the
+ * activation broadcast: one FMA per 8 products and no
  * horizontal sums; a row's sum runs over k in order in one lane.
  */
 #include <immintrin.h>
@@ -39,171 +39,165 @@ void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K) {
 }
 
 typedef int32_t pl_i32u __attribute__((aligned(1), may_alias));
-PL_VNNI_AI __m256i pl_bcast4(const void *p) {
-    return _mm256_set1_epi32(*(const pl_i32u *)p);   /* folds into an embedded {1to8} broadcast */
+PL_VNNI_AI __m512i pl_bcast4z(const void *p) {
+    return _mm512_set1_epi32(*(const pl_i32u *)p);   /* an embedded {1to16} broadcast */
 }
 
-PL_VNNI_AI __m256i pl_dp(__m256i acc, __m256i w, const void *y) {
-    return _mm256_dpbusd_epi32(acc, w, pl_bcast4(y));
+PL_VNNI_AI __m512i pl_dpz(__m512i acc, __m512i w, const void *y) {
+    return _mm512_dpbusd_epi32(acc, w, pl_bcast4z(y));
 }
 
-PL_VNNI_AI __m256i pl_sc8(const uint8_t *p) {   /* 8 u8 -> 8 x i32 */
-    return _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+PL_VNNI_AI __m512i pl_sc16(const uint8_t *p) {   /* 16 u8 -> 16 x i32 */
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
 
-PL_VNNI_AI __m256i pl_sc8s(const int8_t *p) {   /* 8 i8 -> 8 x i32 */
-    return _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+PL_VNNI_AI __m512i pl_sc16s(const int8_t *p) {   /* 16 i8 -> 16 x i32 */
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p));
 }
 
-/* Software prefetch into L2, a fixed distance ahead of a decode (gemv)
- * sweep. The q6_K sweep needs it: without it the hardware prefetchers leave
- * it at a fraction of the streaming rate. Measured on the 0.6B Q4_K_M decode
- * (tok/s, interleaved runs): none 49.1 / 49.4, L1 (T0) at 2 KiB as before
- * about the same, L2 (T1) at 4 KiB 47.7 / 46.1, at 8 KiB 55.3 / 50.0, at
- * 16 KiB 47.0 / 43.3; at 2 threads none 64.9 / 66.3, L2 at 8 KiB 68.7 / 75.3.
- * For q4_K and f16 any prefetch measured slower (L2 at 8 KiB: 44.7 / 45.3
- * against 49.0 / 47.0). */
-#ifndef PL_PF_BYTES
-#define PL_PF_BYTES 8192
-#endif
-PL_VNNI_AI void pl_prefetch_ahead(const void *p, size_t bytes) {
-    const char *c = (const char *)p + PL_PF_BYTES;
-    for (size_t off = 0; off < bytes; off += 64) _mm_prefetch(c + off, _MM_HINT_T1);
+PL_VNNI_AI __m512 pl_d16(const uint16_t *p) {    /* 16 f16 -> 16 x f32 */
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
 }
 
-/* ---- q4_K x8 ------------------------------------------------------------------*/
+/* The rows of panel p that exist (a last panel may be padded). */
+PL_VNNI_AI __mmask16 pl_panel_mask(int64_t p, int64_t N) {
+    const int64_t left = N - PL_KQX_ROWS * p;
+    return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* ---- q4_K x16 -----------------------------------------------------------------*/
 
 /* One panel, one activation row: all 8 groups of a super-block in flight
  * (8 independent vpdpbusd chains). */
-PL_VNNI_AI void pl_q4k_gemv_panel(int64_t nb, const pl_q4kx8 *x, const pl_q8kx *y, float *d) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 accf = _mm256_setzero_ps();
+PL_VNNI_AI __m512 pl_q4k_gemv_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx *y) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q4kx8 *xb = x + b;
+        const pl_q4kx16 *xb = x + b;
         const int8_t *q = y[b].b.qs;
-        __m256i acc[8];
+        __m512i acc[8];
         PL_UNROLL
-        for (int g = 0; g < 8; g++) acc[g] = _mm256_setzero_si256();
+        for (int g = 0; g < 8; g++) acc[g] = _mm512_setzero_si512();
         PL_UNROLL
         for (int v = 0; v < 4; v++) {
             PL_UNROLL
             for (int g = 0; g < 8; g++) {
-                const __m256i bits = _mm256_loadu_si256((const __m256i *)xb->qs[v][g]);
-                const __m256i lo = _mm256_and_si256(bits, m4);
-                const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-                acc[g] = pl_dp(acc[g], lo, q + 32 * g + 8 * v);
-                acc[g] = pl_dp(acc[g], hi, q + 32 * g + 8 * v + 4);
+                const __m512i bits = _mm512_loadu_si512((const void *)xb->qs[v][g]);
+                const __m512i lo = _mm512_and_si512(bits, m4);
+                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                acc[g] = pl_dpz(acc[g], lo, q + 32 * g + 8 * v);
+                acc[g] = pl_dpz(acc[g], hi, q + 32 * g + 8 * v + 4);
             }
         }
-        __m256i sumi = _mm256_mullo_epi32(acc[0], pl_sc8(xb->sc[0]));
+        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16(xb->sc[0]));
         PL_UNROLL
-        for (int g = 1; g < 8; g++) sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(acc[g], pl_sc8(xb->sc[g])));
-        __m256i summ = _mm256_setzero_si256();
+        for (int g = 1; g < 8; g++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[g], pl_sc16(xb->sc[g])));
+        __m512i summ = _mm512_setzero_si512();
         PL_UNROLL
         for (int p = 0; p < 4; p++)
-            summ = _mm256_dpwssd_epi32(summ, _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)xb->m[p])),
-                                       pl_bcast4(&y[b].bsum32[2 * p]));
-        const __m256 dy = _mm256_set1_ps(y[b].b.d);
-        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d)), dy);
-        const __m256 dm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->dmin)), dy);
-        accf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), dd, accf);
-        accf = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ), dm, accf);
+            summ = _mm512_dpwssd_epi32(summ, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p])),
+                                       pl_bcast4z(&y[b].bsum32[2 * p]));
+        const __m512 dy = _mm512_set1_ps(y[b].b.d);
+        const __m512 dd = _mm512_mul_ps(pl_d16(xb->d), dy);
+        const __m512 dm = _mm512_mul_ps(pl_d16(xb->dmin), dy);
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, accf);
+        accf = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), dm, accf);
     }
-    _mm256_storeu_ps(d, accf);
+    return accf;
 }
 
 /* One panel, R activation rows: two groups in flight per row (2R chains);
  * the unpacked nibbles are reused by every row. */
-PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx8 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
-                                  const int R) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 accf[4];
+PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  __mmask16 mk, const int R) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 accf[4];
     PL_UNROLL
-    for (int c = 0; c < R; c++) accf[c] = _mm256_setzero_ps();
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q4kx8 *xb = x + b;
-        __m256i sumi[4], summ[4];
+        const pl_q4kx16 *xb = x + b;
+        __m512i sumi[4], summ[4];
         PL_UNROLL
-        for (int c = 0; c < R; c++) sumi[c] = _mm256_setzero_si256();
+        for (int c = 0; c < R; c++) sumi[c] = _mm512_setzero_si512();
         PL_UNROLL
         for (int g = 0; g < 8; g += 2) {
-            __m256i a0[4], a1[4];
+            __m512i a0[4], a1[4];
             PL_UNROLL
-            for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm256_setzero_si256();
+            for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
             PL_UNROLL
             for (int v = 0; v < 4; v++) {
-                const __m256i b0 = _mm256_loadu_si256((const __m256i *)xb->qs[v][g]);
-                const __m256i b1 = _mm256_loadu_si256((const __m256i *)xb->qs[v][g + 1]);
-                const __m256i lo0 = _mm256_and_si256(b0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(b0, 4), m4);
-                const __m256i lo1 = _mm256_and_si256(b1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(b1, 4), m4);
+                const __m512i b0 = _mm512_loadu_si512((const void *)xb->qs[v][g]);
+                const __m512i b1 = _mm512_loadu_si512((const void *)xb->qs[v][g + 1]);
+                const __m512i lo0 = _mm512_and_si512(b0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), m4);
+                const __m512i lo1 = _mm512_and_si512(b1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4);
                 PL_UNROLL
                 for (int c = 0; c < R; c++) {
                     const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
-                    a0[c] = pl_dp(a0[c], lo0, q);
-                    a1[c] = pl_dp(a1[c], lo1, q + 32);
-                    a0[c] = pl_dp(a0[c], hi0, q + 4);
-                    a1[c] = pl_dp(a1[c], hi1, q + 36);
+                    a0[c] = pl_dpz(a0[c], lo0, q);
+                    a1[c] = pl_dpz(a1[c], lo1, q + 32);
+                    a0[c] = pl_dpz(a0[c], hi0, q + 4);
+                    a1[c] = pl_dpz(a1[c], hi1, q + 36);
                 }
             }
-            const __m256i s0 = pl_sc8(xb->sc[g]), s1 = pl_sc8(xb->sc[g + 1]);
+            const __m512i s0 = pl_sc16(xb->sc[g]), s1 = pl_sc16(xb->sc[g + 1]);
             PL_UNROLL
             for (int c = 0; c < R; c++)
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_mullo_epi32(a0[c], s0),
-                                                                     _mm256_mullo_epi32(a1[c], s1)));
+                sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(a0[c], s0),
+                                                                     _mm512_mullo_epi32(a1[c], s1)));
         }
-        __m256i mv[4];
+        __m512i mv[4];
         PL_UNROLL
-        for (int p = 0; p < 4; p++) mv[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)xb->m[p]));
+        for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p]));
         PL_UNROLL
         for (int c = 0; c < R; c++) {
-            summ[c] = _mm256_setzero_si256();
+            summ[c] = _mm512_setzero_si512();
             PL_UNROLL
-            for (int p = 0; p < 4; p++) summ[c] = _mm256_dpwssd_epi32(summ[c], mv[p], pl_bcast4(&y[c][b].bsum32[2 * p]));
+            for (int p = 0; p < 4; p++) summ[c] = _mm512_dpwssd_epi32(summ[c], mv[p], pl_bcast4z(&y[c][b].bsum32[2 * p]));
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d));
-        const __m256 m0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->dmin));
+        const __m512 d0 = pl_d16(xb->d), m0 = pl_d16(xb->dmin);
         PL_UNROLL
         for (int c = 0; c < R; c++) {
-            const __m256 dy = _mm256_set1_ps(y[c][b].b.d);
-            accf[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(d0, dy), accf[c]);
-            accf[c] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(summ[c]), _mm256_mul_ps(m0, dy), accf[c]);
+            const __m512 dy = _mm512_set1_ps(y[c][b].b.d);
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d0, dy), accf[c]);
+            accf[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[c]), _mm512_mul_ps(m0, dy), accf[c]);
         }
     }
     PL_UNROLL
-    for (int c = 0; c < R; c++) _mm256_storeu_ps(d + c * ldd, accf[c]);
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
 }
 
-PL_VNNI void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
-                                    size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+PL_VNNI void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                     size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     for (int64_t p = p0; p < p1; p++) {
-        const pl_q4kx8 *x = w + p * nb;
-        int64_t c = c0;
+        const pl_q4kx16 *x = w + p * nb;
+        const __mmask16 mk = pl_panel_mask(p, N);
         if (c1 - c0 == 1) {
-            pl_q4k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c * as), dst + c * N + 8 * p);
+            const __m512 r = pl_q4k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as));
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
             continue;
         }
-        for (; c < c1; c += 4) {
+        for (int64_t c = c0; c < c1; c += 4) {
             const pl_q8kx *y[4];
             const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + 8 * p;
+            float *d = dst + c * N + PL_KQX_ROWS * p;
             switch (R) {
-                case 4: pl_q4k_gemm_panel(nb, x, y, d, N, 4); break;
-                case 3: pl_q4k_gemm_panel(nb, x, y, d, N, 3); break;
-                case 2: pl_q4k_gemm_panel(nb, x, y, d, N, 2); break;
-                default: pl_q4k_gemm_panel(nb, x, y, d, N, 1); break;
+                case 4: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 4); break;
+                case 3: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 3); break;
+                case 2: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 2); break;
+                default: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 1); break;
             }
         }
     }
 }
 
-/* ---- q6_K x8 ------------------------------------------------------------------*/
+/* ---- q6_K x16 -----------------------------------------------------------------*/
 
 /* The 6-bit codes of chunks 2v (lo) and 2v+1 (hi) of a group: low 4 bits
- * from ql vector v, high 2 bits from qh vector v/2 at bit pair 2*(v%2) (lo)
- * and 2*(v%2)+1 (hi). (GF(2) affine byte transforms do each field move in
- * one instruction but were slower here.)
+ * from low-bit vector v, high 2 bits from the group's high-bit vector
+ * h = v/2 at bit pair 2*(v%2) (lo) and 2*(v%2)+1 (hi). (GF(2) affine byte
+ * transforms do each field move in one instruction but were slower here.)
  *
  * The four high-bit fields of one qh vector, each at bits 4-5 of its byte
  * with bits 6-7 clear (bits 0-3 are don't-care: the select below takes them
@@ -211,131 +205,137 @@ PL_VNNI void pl_cpu_gemm_q4kx8_vnni(int64_t K, const pl_q4kx8 *w, int64_t p0, in
  * (bits 4-5), y = (qh >> 2) & 0x33 fields 1 and 3; fields 0 and 1 move up
  * by 4 (the 16-bit shift's carry lands in bits 0-3 of the next byte, which
  * the select discards). 5 ops for the 4 fields instead of 7. */
-PL_VNNI_AI void pl_q6_fields(__m256i qh, __m256i f[4]) {
-    const __m256i m33 = _mm256_set1_epi8(0x33);
-    const __m256i x = _mm256_and_si256(qh, m33), y = _mm256_and_si256(_mm256_srli_epi16(qh, 2), m33);
-    f[0] = _mm256_slli_epi16(x, 4);
-    f[1] = _mm256_slli_epi16(y, 4);
+PL_VNNI_AI void pl_q6_fields(__m512i qh, __m512i f[4]) {
+    const __m512i m33 = _mm512_set1_epi8(0x33);
+    const __m512i x = _mm512_and_si512(qh, m33), y = _mm512_and_si512(_mm512_srli_epi16(qh, 2), m33);
+    f[0] = _mm512_slli_epi16(x, 4);
+    f[1] = _mm512_slli_epi16(y, 4);
     f[2] = x;
     f[3] = y;
 }
 
-/* Codes of chunks 2v (lo) and 2v+1 (hi) from the fields of their qh vector:
- * select(0x0F, nibble, field): imm 0xCA = A ? B : C, A the mask. */
-PL_VNNI_AI void pl_q6_codes_f(const pl_q6kx8 *xb, int g, int v, const __m256i f[4], __m256i *lo, __m256i *hi) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-    const __m256i l4 = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QL(v)][g]);
+/* Codes of chunks 2v (lo) and 2v+1 (hi) of group g from the fields of its
+ * high-bit vector: select(0x0F, nibble, field): imm 0xCA = A ? B : C, A the
+ * mask. */
+PL_VNNI_AI void pl_q6_codes_f(const pl_q6kx16 *xb, int g, int v, const __m512i f[4], __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i l4 = _mm512_loadu_si512((const void *)xb->q[v / 2][g][1 + (v & 1)]);
     const int b = 2 * (v & 1);
-    *lo = _mm256_ternarylogic_epi32(m4, l4, f[b], 0xCA);
-    *hi = _mm256_ternarylogic_epi32(m4, _mm256_srli_epi16(l4, 4), f[b + 1], 0xCA);
+    *lo = _mm512_ternarylogic_epi32(m4, l4, f[b], 0xCA);
+    *hi = _mm512_ternarylogic_epi32(m4, _mm512_srli_epi16(l4, 4), f[b + 1], 0xCA);
 }
 
-PL_VNNI_AI void pl_q6k_gemv_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *y, float *d) {
-    __m256 accf = _mm256_setzero_ps();
+/* No software prefetch: the 8-row layout's decode sweep needed one into L2
+ * 8 KiB ahead, because it jumped between three streams of a block; this
+ * layout reads forward, and the same prefetch made it slower (0.6B Q4_K_M
+ * tg64, medians of 16 / 12 interleaved runs, 1 / 2 threads: 45.2 / 70.3
+ * tok/s with it, 47.2 / 76.5 without). */
+PL_VNNI_AI __m512 pl_q6k_gemv_panel(int64_t nb, const pl_q6kx16 *x, const pl_q8kx *y) {
+    __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q6kx8 *xb = x + b;
+        const pl_q6kx16 *xb = x + b;
         const int8_t *q = y[b].b.qs;
-        pl_prefetch_ahead(xb, sizeof *xb);
         /* acc[i]: sub-block of 16 i, started at -32 * bsum (the code offset) */
-        __m256i acc[16];
+        __m512i acc[16];
         PL_UNROLL
-        for (int i = 0; i < 16; i++) acc[i] = _mm256_set1_epi32(y[b].nb32[i]);
+        for (int i = 0; i < 16; i++) acc[i] = _mm512_set1_epi32(y[b].nb32[i]);
         PL_UNROLL
         for (int h = 0; h < 2; h++) {
             PL_UNROLL
             for (int g = 0; g < 8; g++) {
-                /* one qh vector serves the low-bit vectors v = 2h, 2h + 1 */
-                const __m256i qh = _mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(h)][g]);
+                /* one high-bit vector serves the low-bit vectors v = 2h, 2h + 1 */
                 const int i = 2 * g + h;
-                __m256i f[4];
-                pl_q6_fields(qh, f);
+                __m512i f[4];
+                pl_q6_fields(_mm512_loadu_si512((const void *)xb->q[h][g][0]), f);
                 PL_UNROLL
                 for (int v = 2 * h; v < 2 * h + 2; v++) {
-                    __m256i lo, hi;
+                    __m512i lo, hi;
                     pl_q6_codes_f(xb, g, v, f, &lo, &hi);
-                    acc[i] = pl_dp(acc[i], lo, q + 32 * g + 8 * v);
-                    acc[i] = pl_dp(acc[i], hi, q + 32 * g + 8 * v + 4);
+                    acc[i] = pl_dpz(acc[i], lo, q + 32 * g + 8 * v);
+                    acc[i] = pl_dpz(acc[i], hi, q + 32 * g + 8 * v + 4);
                 }
             }
         }
-        __m256i sumi = _mm256_mullo_epi32(acc[0], pl_sc8s(xb->sc[0]));
+        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16s(xb->sc[0]));
         PL_UNROLL
-        for (int i = 1; i < 16; i++) sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(acc[i], pl_sc8s(xb->sc[i])));
-        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d)), _mm256_set1_ps(y[b].b.d));
-        accf = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), dd, accf);
+        for (int i = 1; i < 16; i++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[i], pl_sc16s(xb->sc[i])));
+        const __m512 dd = _mm512_mul_ps(pl_d16(xb->d), _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, accf);
     }
-    _mm256_storeu_ps(d, accf);
+    return accf;
 }
 
-PL_VNNI_AI void pl_q6k_gemm_panel(int64_t nb, const pl_q6kx8 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
-                                  const int R) {
-    __m256 accf[4];
+PL_VNNI_AI void pl_q6k_gemm_panel(int64_t nb, const pl_q6kx16 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  __mmask16 mk, const int R) {
+    __m512 accf[4];
     PL_UNROLL
-    for (int c = 0; c < R; c++) accf[c] = _mm256_setzero_ps();
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q6kx8 *xb = x + b;
-        __m256i sumi[4];
+        const pl_q6kx16 *xb = x + b;
+        __m512i sumi[4];
         PL_UNROLL
-        for (int c = 0; c < R; c++) sumi[c] = _mm256_setzero_si256();
+        for (int c = 0; c < R; c++) sumi[c] = _mm512_setzero_si512();
         for (int g = 0; g < 8; g++) {
             /* sub-blocks 2g (chunks 0-3: v = 0, 1) and 2g+1 (v = 2, 3), interleaved */
-            __m256i a0[4], a1[4];
+            __m512i a0[4], a1[4];
             PL_UNROLL
             for (int c = 0; c < R; c++) {
-                a0[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g]);
-                a1[c] = _mm256_set1_epi32(y[c][b].nb32[2 * g + 1]);
+                a0[c] = _mm512_set1_epi32(y[c][b].nb32[2 * g]);
+                a1[c] = _mm512_set1_epi32(y[c][b].nb32[2 * g + 1]);
             }
-            __m256i f0[4], f1[4];
-            pl_q6_fields(_mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(0)][g]), f0);
-            pl_q6_fields(_mm256_loadu_si256((const __m256i *)xb->q[PL_Q6_QH(1)][g]), f1);
+            __m512i f0[4], f1[4];
+            pl_q6_fields(_mm512_loadu_si512((const void *)xb->q[0][g][0]), f0);
+            pl_q6_fields(_mm512_loadu_si512((const void *)xb->q[1][g][0]), f1);
             PL_UNROLL
             for (int v = 0; v < 2; v++) {
-                __m256i lo0, hi0, lo1, hi1;
+                __m512i lo0, hi0, lo1, hi1;
                 pl_q6_codes_f(xb, g, v, f0, &lo0, &hi0);
                 pl_q6_codes_f(xb, g, v + 2, f1, &lo1, &hi1);
                 PL_UNROLL
                 for (int c = 0; c < R; c++) {
                     const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
-                    a0[c] = pl_dp(a0[c], lo0, q);
-                    a1[c] = pl_dp(a1[c], lo1, q + 16);
-                    a0[c] = pl_dp(a0[c], hi0, q + 4);
-                    a1[c] = pl_dp(a1[c], hi1, q + 20);
+                    a0[c] = pl_dpz(a0[c], lo0, q);
+                    a1[c] = pl_dpz(a1[c], lo1, q + 16);
+                    a0[c] = pl_dpz(a0[c], hi0, q + 4);
+                    a1[c] = pl_dpz(a1[c], hi1, q + 20);
                 }
             }
-            const __m256i s0 = pl_sc8s(xb->sc[2 * g]), s1 = pl_sc8s(xb->sc[2 * g + 1]);
+            const __m512i s0 = pl_sc16s(xb->sc[2 * g]), s1 = pl_sc16s(xb->sc[2 * g + 1]);
             PL_UNROLL
             for (int c = 0; c < R; c++)
-                sumi[c] = _mm256_add_epi32(sumi[c], _mm256_add_epi32(_mm256_mullo_epi32(a0[c], s0),
-                                                                     _mm256_mullo_epi32(a1[c], s1)));
+                sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(a0[c], s0),
+                                                                     _mm512_mullo_epi32(a1[c], s1)));
         }
-        const __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)xb->d));
+        const __m512 d0 = pl_d16(xb->d);
         PL_UNROLL
         for (int c = 0; c < R; c++)
-            accf[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[c]), _mm256_mul_ps(d0, _mm256_set1_ps(y[c][b].b.d)), accf[c]);
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d0, _mm512_set1_ps(y[c][b].b.d)), accf[c]);
     }
     PL_UNROLL
-    for (int c = 0; c < R; c++) _mm256_storeu_ps(d + c * ldd, accf[c]);
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
 }
 
-PL_VNNI void pl_cpu_gemm_q6kx8_vnni(int64_t K, const pl_q6kx8 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
-                                    size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+PL_VNNI void pl_cpu_gemm_q6kx16_vnni(int64_t K, const pl_q6kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                     size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     for (int64_t p = p0; p < p1; p++) {
-        const pl_q6kx8 *x = w + p * nb;
+        const pl_q6kx16 *x = w + p * nb;
+        const __mmask16 mk = pl_panel_mask(p, N);
         if (c1 - c0 == 1) {
-            pl_q6k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as), dst + c0 * N + 8 * p);
+            const __m512 r = pl_q6k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as));
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
             continue;
         }
         for (int64_t c = c0; c < c1; c += 4) {
             const pl_q8kx *y[4];
             const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + 8 * p;
+            float *d = dst + c * N + PL_KQX_ROWS * p;
             switch (R) {
-                case 4: pl_q6k_gemm_panel(nb, x, y, d, N, 4); break;
-                case 3: pl_q6k_gemm_panel(nb, x, y, d, N, 3); break;
-                case 2: pl_q6k_gemm_panel(nb, x, y, d, N, 2); break;
-                default: pl_q6k_gemm_panel(nb, x, y, d, N, 1); break;
+                case 4: pl_q6k_gemm_panel(nb, x, y, d, N, mk, 4); break;
+                case 3: pl_q6k_gemm_panel(nb, x, y, d, N, mk, 3); break;
+                case 2: pl_q6k_gemm_panel(nb, x, y, d, N, mk, 2); break;
+                default: pl_q6k_gemm_panel(nb, x, y, d, N, mk, 1); break;
             }
         }
     }

@@ -5,7 +5,8 @@
  * TLB and let the prefetchers run across what would be 4 KiB boundaries).
  *
  * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
- * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K with N % 8 == 0,
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K with N % 8 == 0
+ * (16-row panels, the last one zero-padded when N % 16 == 8),
  * f16 with N % 16 == 0. Everything else keeps the original layout and the
  * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
  *
@@ -56,8 +57,8 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
     if (!pl_cpu_has_vnni512() || !pl_cpu_repack_enabled()) return PL_PACK_NONE;
     const int64_t K = w->ne[0], N = w->ne[1];
     switch (w->dtype) {
-        case PL_Q4_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q4K_X8 : PL_PACK_NONE;
-        case PL_Q6_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q6K_X8 : PL_PACK_NONE;
+        case PL_Q4_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q4K_X16 : PL_PACK_NONE;
+        case PL_Q6_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q6K_X16 : PL_PACK_NONE;
         case PL_F16: return K % 8 == 0 && N % PL_F16X_GROUP == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
@@ -65,8 +66,8 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
 
 static size_t pl_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
     switch (kind) {
-        case PL_PACK_Q4K_X8: return (size_t)(N / 8) * (size_t)(K / QK_K) * sizeof(pl_q4kx8);
-        case PL_PACK_Q6K_X8: return (size_t)(N / 8) * (size_t)(K / QK_K) * sizeof(pl_q6kx8);
+        case PL_PACK_Q4K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q4kx16);
+        case PL_PACK_Q6K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q6kx16);
         case PL_PACK_F16_X16: return (size_t)N * (size_t)K * 2;
         default: return 0;
     }
@@ -89,11 +90,13 @@ static inline uint32_t pl_ld32(const uint8_t *p) {
 static inline void pl_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 /* Four codes (bytes) at a time: the 4 elements of a chunk of one row are 4
- * consecutive bytes both in the original blocks and in the layout. */
-static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q4kx8 *out) {
+ * consecutive bytes both in the original blocks and in the layout. Rows
+ * past nr (a padded last panel) stay zero: d = dmin = 0, codes 0. */
+static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q4kx16 *out) {
+    memset(out, 0, (size_t)nb * sizeof *out);
     for (int64_t b = 0; b < nb; b++) {
-        pl_q4kx8 *o = &out[b];
-        for (int r = 0; r < 8; r++) {
+        pl_q4kx16 *o = &out[b];
+        for (int r = 0; r < nr; r++) {
             const block_q4_K *x = (const block_q4_K *)(src + r * row_bytes) + b;
             o->d[r] = x->d;
             o->dmin[r] = x->dmin;
@@ -117,10 +120,11 @@ static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, pl_
 /* q6_K: element 32g + l (g = 4h + quarter) has its low 4 bits in nibble
  * quarter / 2 of ql[64h + 32 (quarter & 1) + l] and its top 2 bits at bits
  * 2 quarter of qh[32h + l]. */
-static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, pl_q6kx8 *out) {
+static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q6kx16 *out) {
+    memset(out, 0, (size_t)nb * sizeof *out);
     for (int64_t b = 0; b < nb; b++) {
-        pl_q6kx8 *o = &out[b];
-        for (int r = 0; r < 8; r++) {
+        pl_q6kx16 *o = &out[b];
+        for (int r = 0; r < nr; r++) {
             const block_q6_K *x = (const block_q6_K *)(src + r * row_bytes) + b;
             o->d[r] = x->d;
             for (int i = 0; i < 16; i++) o->sc[i][r] = x->scales[i];
@@ -131,12 +135,12 @@ static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, pl_
                 for (int v = 0; v < 4; v++) {
                     const uint32_t lo = (pl_ld32(ql + 8 * v) >> ls) & 0x0F0F0F0Fu;
                     const uint32_t hi = (pl_ld32(ql + 8 * v + 4) >> ls) & 0x0F0F0F0Fu;
-                    pl_st32(&o->q[PL_Q6_QL(v)][g][4 * r], lo | hi << 4);
+                    pl_st32(&o->q[v / 2][g][1 + (v & 1)][4 * r], lo | hi << 4);
                 }
                 for (int hh = 0; hh < 2; hh++) {
                     uint32_t w = 0;
                     for (int jj = 0; jj < 4; jj++) w |= ((pl_ld32(qh + 16 * hh + 4 * jj) >> hs) & 0x03030303u) << (2 * jj);
-                    pl_st32(&o->q[PL_Q6_QH(hh)][g][4 * r], w);
+                    pl_st32(&o->q[hh][g][0][4 * r], w);
                 }
             }
         }
@@ -165,8 +169,8 @@ static void pl_pack_task(void *arg, int ith, int nth) {
     const pl_pack_job *j = arg;
     const pl_tensor *w = j->w;
     const int64_t K = w->ne[0], N = w->ne[1];
-    const int rows = j->pk->kind == PL_PACK_F16_X16 ? PL_F16X_GROUP : 8;
-    const int64_t n_panels = N / rows;
+    const int rows = j->pk->kind == PL_PACK_F16_X16 ? PL_F16X_GROUP : PL_KQX_ROWS;
+    const int64_t n_panels = (N + rows - 1) / rows;
     int64_t lo, hi;
     pl_cpu_split(n_panels, ith, nth, &lo, &hi);
     const size_t panel_bytes = pl_packed_bytes(j->pk->kind, K, rows);
@@ -177,14 +181,18 @@ static void pl_pack_task(void *arg, int ith, int nth) {
     for (int64_t p = lo; p < hi; p++) {
         const char *src = (const char *)w->data + (size_t)(p * rows) * w->nb[1];
         char *dst = (char *)j->pk->data + (size_t)p * panel_bytes;
+        const int nr = N - p * rows < rows ? (int)(N - p * rows) : rows;
         switch (j->pk->kind) {
-            case PL_PACK_Q4K_X8: pl_pack_q4k_panel(src, w->nb[1], K / QK_K, (pl_q4kx8 *)dst); break;
-            case PL_PACK_Q6K_X8: pl_pack_q6k_panel(src, w->nb[1], K / QK_K, (pl_q6kx8 *)dst); break;
+            case PL_PACK_Q4K_X16: pl_pack_q4k_panel(src, w->nb[1], K / QK_K, nr, (pl_q4kx16 *)dst); break;
+            case PL_PACK_Q6K_X16: pl_pack_q6k_panel(src, w->nb[1], K / QK_K, nr, (pl_q6kx16 *)dst); break;
             case PL_PACK_F16_X16: pl_pack_f16_panel(src, w->nb[1], K, (uint16_t *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
-            j->copied(j->user, (const char *)w->data + (size_t)reported * src_panel, (size_t)(p + 1 - reported) * src_panel);
+            /* the last panel's source may be short of a whole panel */
+            const int64_t end_row = (p + 1) * rows < N ? (p + 1) * rows : N;
+            j->copied(j->user, (const char *)w->data + (size_t)reported * src_panel,
+                      (size_t)(end_row - reported * rows) * w->nb[1]);
             reported = p + 1;
         }
     }
@@ -279,24 +287,24 @@ const pl_cpu_packed *pl_cpu_packed_find(const pl_exec_ctx *ctx, const pl_tensor 
  * reads the copy, so the original's pages stay out of memory. */
 void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
     const int64_t K = pk->K, nb = K / QK_K;
-    const int l = (int)(r % 8);
+    const int l = (int)(r % PL_KQX_ROWS);
     switch (pk->kind) {
-        case PL_PACK_Q6K_X8: {
-            const pl_q6kx8 *x = (const pl_q6kx8 *)pk->data + (r / 8) * nb;
+        case PL_PACK_Q6K_X16: {
+            const pl_q6kx16 *x = (const pl_q6kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
             for (int64_t b = 0; b < nb; b++, out += QK_K) {
                 const float d = pl_f16_to_f32(x[b].d[l]);
                 for (int k = 0; k < QK_K; k++) {
-                    const int g = k / 32, c = (k % 32) / 4, e = k % 4;
-                    const int lo = (x[b].q[PL_Q6_QL(c / 2)][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
-                    const int hi = (x[b].q[PL_Q6_QH(c / 4)][g][4 * l + e] >> (2 * (c & 3))) & 3;
+                    const int g = k / 32, c = (k % 32) / 4, e = k % 4, v = c / 2;
+                    const int lo = (x[b].q[v / 2][g][1 + (v & 1)][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                    const int hi = (x[b].q[c / 4][g][0][4 * l + e] >> (2 * (c & 3))) & 3;
                     const int q = (lo | (hi << 4)) - 32;
                     out[k] = d * x[b].sc[k / 16][l] * q;
                 }
             }
             break;
         }
-        case PL_PACK_Q4K_X8: {
-            const pl_q4kx8 *x = (const pl_q4kx8 *)pk->data + (r / 8) * nb;
+        case PL_PACK_Q4K_X16: {
+            const pl_q4kx16 *x = (const pl_q4kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
             for (int64_t b = 0; b < nb; b++, out += QK_K) {
                 const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
                 for (int g = 0; g < 8; g++) {
