@@ -9,6 +9,9 @@
  *   - the graph executor's fusions (q/k/v group; gate/up + SwiGLU) against
  *     the per-node loop, bit for bit;
  *   - the prefill attention kernel (>= 64 query tokens) against ref;
+ *   - the decode attention's score rows: several query rows (the heads of
+ *     a group, which share the K loads through the cache) == one row at a
+ *     time, bit for bit, and near the exact dot products;
  *   - the thread pool's elastic jobs: every chunk done once, jobs sequential.
  * Parts that need the prepared kernels' CPU features report themselves
  * skipped elsewhere.
@@ -22,6 +25,7 @@
 #include "ophelpers.h"
 #include "backends/cpu/cpu_internal.h"
 #include "core/cpu_features.h"
+#include "core/fp16.h"
 #include "core/threadpool.h"
 #include "graph/graph.h"
 #include "kernels/abi.h"
@@ -268,6 +272,50 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
     free(q); free(kc); free(vc); free(tmp); free(pos); free(seq); free(d1); free(d2);
 }
 
+/* decode attention scores in llama.cpp's order: R rows at once == each row
+ * alone, bit for bit; and near the exact dot products */
+static void test_att_dots(bool f16, int64_t hd, int64_t n, int R) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (!pl_cpu_has_avx2()) return;
+    pl_rng r = {(uint64_t)(hd * 31 + n)};
+    const int64_t ldS = n + 5;
+    const size_t el = f16 ? 2 : 4, ks = (size_t)(hd * 3) * el;   /* rows of a 3-head cache */
+    float *qf = malloc((size_t)(R * hd) * 4), *kf = malloc((size_t)(n * hd) * 4);
+    char *k = calloc((size_t)n, ks), *v = calloc((size_t)n, ks);
+    pl_fill_normal(&r, qf, R * hd, 1.0f);
+    pl_fill_normal(&r, kf, n * hd, 1.0f);
+    for (int64_t j = 0; j < n; j++) pl_quantize_row(f16 ? PL_F16 : PL_F32, kf + j * hd, k + j * ks, hd);
+    float *qr = malloc((size_t)(R * hd) * 4);
+    const float *q[8];
+    for (int i = 0; i < R; i++) {   /* queries in the cache's precision, as the driver passes them */
+        for (int64_t d = 0; d < hd; d++) qr[i * hd + d] = f16 ? pl_f16_to_f32(pl_f32_to_f16(qf[i * hd + d])) : qf[i * hd + d];
+        q[i] = qr + i * hd;
+    }
+    float *S = calloc((size_t)(R * ldS), 4), *S1 = calloc((size_t)ldS, 4);
+    pl_cpu_att_dots_ggml_avx2(R, q, k, ks, f16, n, hd, 0.25f, S, ldS, v, ks);
+    bool same = true, near = true;
+    for (int i = 0; i < R; i++) {
+        pl_cpu_att_dots_ggml_avx2(1, q + i, k, ks, f16, n, hd, 0.25f, S1, ldS, NULL, 0);
+        same &= memcmp(S1, S + i * ldS, (size_t)n * 4) == 0;
+        for (int64_t j = 0; j < n; j++) {
+            double e = 0;
+            for (int64_t d = 0; d < hd; d++) {
+                const float kv = f16 ? pl_f16_to_f32(((const uint16_t *)(k + j * ks))[d]) : ((const float *)(k + j * ks))[d];
+                e += (double)q[i][d] * kv;
+            }
+            near &= fabs(S[i * ldS + j] - 0.25 * e) <= 1e-4 * (1 + fabs(e));
+        }
+    }
+    CHECK(same, "decode scores %s hd=%lld n=%lld R=%d: rows together == rows alone", f16 ? "f16" : "f32", (long long)hd,
+          (long long)n, R);
+    CHECK(near, "decode scores %s hd=%lld n=%lld R=%d: near the exact dot products", f16 ? "f16" : "f32", (long long)hd,
+          (long long)n, R);
+    free(qf); free(kf); free(k); free(v); free(qr); free(S); free(S1);
+#else
+    (void)f16; (void)hd; (void)n; (void)R;
+#endif
+}
+
 typedef struct el_job {
     atomic_llong next;
     int64_t n;
@@ -326,6 +374,10 @@ int main(void) {
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
     test_attention_prefill(PL_F32, 64, 6, 3, 70, 5);
     test_attention_prefill(PL_F16, 96, 4, 4, 64, 130);
+    test_att_dots(true, 128, 37, 3);
+    test_att_dots(true, 80, 21, 2);    /* a tail past the last 32 dims */
+    test_att_dots(false, 64, 64, 4);
+    test_att_dots(true, 128, 5, 2);    /* fewer positions than one batch */
     test_elastic_pool();
     return pl_test_summary("test_cpu_backend");
 }
