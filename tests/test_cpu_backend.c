@@ -166,7 +166,7 @@ static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
     float *wf = malloc((size_t)(K * N) * 4);
     for (int i = 0; i < 3; i++) {
         pl_fill_normal(&r, wf, K * N, 1.0f);
-        wq[i] = aligned_alloc(64, row * (size_t)N);
+        wq[i] = aligned_alloc(64, (row * (size_t)N + 63) & ~(size_t)63);
         for (int64_t n = 0; n < N; n++) pl_quantize_row(dt, wf + n * K, wq[i] + n * row, K);
         pl_tensor_init(&w[i], dt, 2, (int64_t[]){K, N}, wq[i]);
         w[i].buffer = PL_BUF_WEIGHTS;
@@ -188,7 +188,7 @@ static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
             pl_graph_keep(&g, b);
             pl_graph_keep(&g, c);
             const size_t scratch = pl_graph_plan(&g);
-            void *mem = aligned_alloc(64, scratch + 64);
+            void *mem = aligned_alloc(64, (scratch + 127) & ~(size_t)63);
             pl_graph_apply_plan(&g, &g, mem, scratch);
             size_t work = 0;
             pl_graph_work_size(&g, &pl_backend_cpu, 2, &work);
