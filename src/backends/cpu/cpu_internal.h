@@ -104,8 +104,9 @@ void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
  * Sixteen rows: one 512-bit vector per (v, g) and one 4-byte activation
  * broadcast per 16 rows (8-row panels with 256-bit vectors: the same
  * arithmetic, half the rows per load and per broadcast; measured 1.3-1.8x
- * slower from cache, 10-15% slower from memory). A weight with N % 16 == 8
- * gets a last panel padded with zero rows, never stored.
+ * slower from cache and in prefill, 10-15% slower in a stand-alone sweep
+ * from memory, about the same in a model's decode). A weight with
+ * N % 16 == 8 gets a last panel padded with zero rows, never stored.
  * f16 -> 64 rows interleaved per k: [group of 64 rows][k][64]; a kernel panel
  * is 16 of those rows (one vector of 16 per k, the activation broadcast: an
  * outer product), and a decode sweep over the 4 panels of a group reads one
