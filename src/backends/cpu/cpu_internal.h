@@ -169,6 +169,9 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out);
 /* The layout the prepared kernels want for a weight on this CPU. */
 pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w);
 size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w);
+/* Bytes of the prepared copy of a K x N weight of a kind (N = one panel's
+ * rows: the bytes of a panel). */
+size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N);
 pl_status pl_cpu_weight_prepare(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
                                 void (*copied)(void *user, const void *p, size_t bytes), void *user);
 void pl_cpu_packed_free(pl_cpu_ctx *c);

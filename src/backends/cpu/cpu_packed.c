@@ -21,6 +21,8 @@
 #include "core/status.h"
 #include "core/threadpool.h"
 
+_Static_assert(PL_KQX_ROWS == PL_F16X_ROWS, "16-row panels for every prepared kind (the SwiGLU segments)");
+
 static size_t pl_packed_act_row(pl_cpu_pack_kind kind, int64_t K) {
     size_t sz = kind == PL_PACK_F16_X16 ? (size_t)K * sizeof(float) : (size_t)(K / QK_K) * sizeof(pl_q8kx);
     return (sz + 63) & ~(size_t)63;
@@ -100,7 +102,6 @@ static void pl_pk_chunk_panels(const pl_pk_job *j, int mi, int64_t p0, int64_t p
          * each element goes through the same code path as in the SWIGLU
          * kernel over whole rows */
         pl_pk_run(j, &j->mat[1], p0, p1, c0, c1);
-        _Static_assert(PL_KQX_ROWS == PL_F16X_ROWS, "16-row panels for every prepared kind");
         const int64_t r0 = p0 * PL_KQX_ROWS, r1 = p1 * PL_KQX_ROWS < mt->N ? p1 * PL_KQX_ROWS : mt->N, nr = r1 - r0;
         for (int64_t c = c0; c < c1; c++) {
             const int64_t off = c * mt->N + r0;
@@ -262,7 +263,7 @@ pl_status pl_cpu_matmul_packed_group(pl_exec_ctx *ctx, const pl_node *const *nod
         /* f16: whole 64-row groups; k-quants: 16-row panels. The shortest
          * claim is ~32 KiB of weights or more. */
         j->grab_align = f16 ? 4 : 1;
-        const size_t panel_bytes = f16 ? (size_t)K * PL_F16X_ROWS * 2 : (size_t)(K / QK_K) * (pks[0]->kind == PL_PACK_Q6K_X16 ? sizeof(pl_q6kx16) : sizeof(pl_q4kx16));
+        const size_t panel_bytes = pl_cpu_packed_bytes(pks[0]->kind, K, f16 ? PL_F16X_ROWS : PL_KQX_ROWS);
         int64_t mg = (int64_t)((32 << 10) / (panel_bytes ? panel_bytes : 1));
         mg = (mg + j->grab_align - 1) / j->grab_align * j->grab_align;
         j->min_grab = mg < j->grab_align ? j->grab_align : mg;

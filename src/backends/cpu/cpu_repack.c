@@ -64,7 +64,7 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
     }
 }
 
-static size_t pl_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
+size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
     switch (kind) {
         case PL_PACK_Q4K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q4kx16);
         case PL_PACK_Q6K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q6kx16);
@@ -76,7 +76,7 @@ static size_t pl_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
 size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w) {
     (void)ctx;
     pl_cpu_pack_kind kind = pl_cpu_pack_kind_for(w);
-    return kind ? pl_packed_bytes(kind, w->ne[0], w->ne[1]) : 0;
+    return kind ? pl_cpu_packed_bytes(kind, w->ne[0], w->ne[1]) : 0;
 }
 
 /* ---- the layouts ------------------------------------------------------------*/
@@ -90,10 +90,11 @@ static inline uint32_t pl_ld32(const uint8_t *p) {
 static inline void pl_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 
 /* Four codes (bytes) at a time: the 4 elements of a chunk of one row are 4
- * consecutive bytes both in the original blocks and in the layout. Rows
- * past nr (a padded last panel) stay zero: d = dmin = 0, codes 0. */
+ * consecutive bytes both in the original blocks and in the layout. A full
+ * panel writes every byte of its blocks; rows past nr (a padded last panel)
+ * are zero: d = dmin = 0, codes 0. */
 static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q4kx16 *out) {
-    memset(out, 0, (size_t)nb * sizeof *out);
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
     for (int64_t b = 0; b < nb; b++) {
         pl_q4kx16 *o = &out[b];
         for (int r = 0; r < nr; r++) {
@@ -121,7 +122,7 @@ static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int
  * quarter / 2 of ql[64h + 32 (quarter & 1) + l] and its top 2 bits at bits
  * 2 quarter of qh[32h + l]. */
 static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q6kx16 *out) {
-    memset(out, 0, (size_t)nb * sizeof *out);
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
     for (int64_t b = 0; b < nb; b++) {
         pl_q6kx16 *o = &out[b];
         for (int r = 0; r < nr; r++) {
@@ -173,7 +174,7 @@ static void pl_pack_task(void *arg, int ith, int nth) {
     const int64_t n_panels = (N + rows - 1) / rows;
     int64_t lo, hi;
     pl_cpu_split(n_panels, ith, nth, &lo, &hi);
-    const size_t panel_bytes = pl_packed_bytes(j->pk->kind, K, rows);
+    const size_t panel_bytes = pl_cpu_packed_bytes(j->pk->kind, K, rows);
     const size_t src_panel = (size_t)rows * w->nb[1];
     int64_t slice = (int64_t)(PL_PACK_SLICE_BYTES / src_panel);
     if (slice < 1) slice = 1;
