@@ -2,6 +2,11 @@
  * pocketllm bench: llama-bench semantics.
  *   ppP: one batch of P prompt tokens from an empty cache, logits for the last;
  *   tgN: N single-token decode steps from an empty cache, no sampling.
+ *   -d D ("ppP @ dD", "tgN @ dD"): the same tests after D context tokens:
+ *   the cache holds positions 0..D-1 (filled in n_batch chunks, not timed)
+ *   and the test runs at positions D... The fill is done once per test: every
+ *   repetition writes only positions >= D, so positions 0..D-1 stay exactly
+ *   what a refill would write (llama-bench refills before each repetition).
  * Each test runs once to warm up, then r times; mean and stddev of tok/s.
  * Decode also reports achieved GB/s (weight bytes + KV bytes read per token),
  * prefill GFLOP/s (2 * params per token + attention).
@@ -21,17 +26,19 @@ static double now_s(void) {
 }
 
 typedef struct bench_result {
-    char test[32];
+    char test[64];
     double mean, std, rate; /* tok/s mean, stddev, GB/s or GFLOP/s */
+    double bytes;           /* decode: bytes read per token */
     bool is_pp;
 } bench_result;
 
-/* Fresh sequence in slot 0: positions restart at 0, so the cache is "empty". */
-static pl_status run_pp(pl_model *m, int n, const int32_t *toks, float *logits) {
+/* n tokens at positions pos0.. of slot 0, one batch. Positions restart at
+ * pos0, so everything from pos0 on is overwritten ("empty" for pos0 = 0). */
+static pl_status run_pp(pl_model *m, int n, const int32_t *toks, float *logits, int pos0) {
     int32_t *pos = malloc((size_t)n * sizeof *pos), *seq = calloc((size_t)n, sizeof *seq);
     bool *want = calloc((size_t)n, sizeof *want);
     if (!pos || !seq || !want) { free(pos); free(seq); free(want); return PL_ERR_NO_MEMORY; }
-    for (int i = 0; i < n; i++) pos[i] = i;
+    for (int i = 0; i < n; i++) pos[i] = pos0 + i;
     want[n - 1] = true;
     pl_batch b = {n, toks, pos, seq, want};
     pl_status st = pl_model_forward(m, &b, logits);
@@ -39,9 +46,9 @@ static pl_status run_pp(pl_model *m, int n, const int32_t *toks, float *logits) 
     return st;
 }
 
-static pl_status run_tg(pl_model *m, int n, const int32_t *toks, float *logits) {
+static pl_status run_tg(pl_model *m, int n, const int32_t *toks, float *logits, int pos0) {
     for (int i = 0; i < n; i++) {
-        int32_t pos = i, seq = 0;
+        int32_t pos = pos0 + i, seq = 0;
         bool want = true;
         pl_batch b = {1, &toks[i], &pos, &seq, &want};
         pl_status st = pl_model_forward(m, &b, logits);
@@ -50,16 +57,27 @@ static pl_status run_tg(pl_model *m, int n, const int32_t *toks, float *logits) 
     return PL_OK;
 }
 
+/* The depth context: positions 0..d-1 in chunks of at most n_batch. */
+static pl_status fill_depth(pl_model *m, int d, int n_batch, const int32_t *toks, float *logits) {
+    for (int i = 0; i < d; i += n_batch) {
+        const int c = d - i < n_batch ? d - i : n_batch;
+        pl_status st = run_pp(m, c, toks + i, logits, i);
+        if (st != PL_OK) return st;
+    }
+    return PL_OK;
+}
+
 static int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *device = "cpu", *memory = NULL, *v;
-    long long p = 512, n = 128, r = 5, threads = 0;
+    long long p = 512, n = 128, r = 5, threads = 0, depth = 0;
     bool json = false, bad = false;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: pocketllm bench --model M [-p 512] [-n 128] [-r 5] [--threads N] [--device D] [--json]\n"
-                 "                       [--memory BYTES|auto]\n"
-                 "  -p 0 or -n 0 skips that test. --memory: a model that does not fit the budget is refused.");
+                 "                       [-d DEPTH] [--memory BYTES|auto]\n"
+                 "  -p 0 or -n 0 skips that test. -d (--n-depth): run the tests after DEPTH context tokens\n"
+                 "  (\"tg128 @ d4096\"). --memory: a model that does not fit the budget is refused.");
             return 0;
         } else if (!strcmp(a, "--json")) json = true;
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
@@ -67,6 +85,9 @@ static int cmd_bench(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--memory", &memory, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "-p", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &p)) return pl_cli_error("bad -p '%s'", v); }
         else if (pl_cli_opt(argc, argv, &i, "-n", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 0, 1 << 16, &n)) return pl_cli_error("bad -n '%s'", v); }
+        else if (pl_cli_opt(argc, argv, &i, "-d", &v, &bad) || pl_cli_opt(argc, argv, &i, "--n-depth", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 0, 1 << 20, &depth)) return pl_cli_error("bad -d '%s'", v);
+        }
         else if (pl_cli_opt(argc, argv, &i, "-r", &v, &bad)) { if (!bad && !pl_cli_parse_int(v, 1, 1000, &r)) return pl_cli_error("bad -r '%s'", v); }
         else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad) || pl_cli_opt(argc, argv, &i, "-t", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
@@ -79,8 +100,9 @@ static int cmd_bench(int argc, char **argv) {
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;
-    mp.n_ctx = (int)(p + n > 0 ? p + n : 512);
-    mp.n_batch = (int)(p > 0 ? p : 1);
+    /* each test starts at position depth */
+    mp.n_ctx = (int)(depth + (p > n ? p : n) > 0 ? depth + (p > n ? p : n) : 512);
+    mp.n_batch = (int)(p > 0 ? p : depth > 0 ? (depth < 512 ? depth : 512) : 1);
     if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
         return pl_cli_error("bench: bad --memory: %s", pl_last_error());
     pl_model *m = NULL;
@@ -97,9 +119,15 @@ static int cmd_bench(int argc, char **argv) {
 
     const int32_t n_vocab = pl_model_n_vocab(m);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
-    int32_t *toks = malloc((size_t)(p > n ? p : n) * sizeof *toks + sizeof *toks);
+    const long long n_toks = depth + (p > n ? p : n);
+    int32_t *toks = malloc((size_t)n_toks * sizeof *toks + sizeof *toks);
+    if (!logits || !toks) {
+        free(logits); free(toks); pl_model_free(m);
+        return pl_cli_error("bench: out of memory");
+    }
     srand(42);
-    for (long long i = 0; i < (p > n ? p : n); i++) toks[i] = rand() % n_vocab;
+    for (long long i = 0; i < n_toks; i++) toks[i] = rand() % n_vocab;
+    const int32_t *test_toks = toks + depth;   /* the depth context comes first */
     const double params = (double)pl_model_n_params(m);
     const double wbytes = (double)pl_model_weight_bytes(m);
     const pl_memory_plan plan = pl_model_memory_plan(m);
@@ -112,11 +140,19 @@ static int cmd_bench(int argc, char **argv) {
         if (cnt <= 0) continue;
         bench_result *br = &res[n_res++];
         br->is_pp = t == 0;
-        snprintf(br->test, sizeof br->test, "%s%lld", t == 0 ? "pp" : "tg", cnt);
+        if (depth > 0) snprintf(br->test, sizeof br->test, "%s%lld @ d%lld", t == 0 ? "pp" : "tg", cnt, depth);
+        else snprintf(br->test, sizeof br->test, "%s%lld", t == 0 ? "pp" : "tg", cnt);
         double sum = 0, sum2 = 0;
+        pl_status fst = depth > 0 ? fill_depth(m, (int)depth, mp.n_batch, toks, logits) : PL_OK;
+        if (fst != PL_OK) {
+            int rc = pl_cli_error("%s", pl_last_error());
+            free(logits); free(toks); pl_model_free(m);
+            return rc;
+        }
         for (long long rep = -1; rep < r; rep++) {
             double t0 = now_s();
-            pl_status st = t == 0 ? run_pp(m, (int)cnt, toks, logits) : run_tg(m, (int)cnt, toks, logits);
+            pl_status st = t == 0 ? run_pp(m, (int)cnt, test_toks, logits, (int)depth)
+                                  : run_tg(m, (int)cnt, test_toks, logits, (int)depth);
             double dt = now_s() - t0;
             if (st != PL_OK) {
                 int rc = pl_cli_error("%s", pl_last_error());
@@ -134,9 +170,10 @@ static int cmd_bench(int argc, char **argv) {
             /* 2 flops per weight per token; attention adds ~2*ctx*kv terms, small here. */
             br->rate = br->mean * 2.0 * params / 1e9;
         } else {
-            /* Each step reads all weights plus the cache so far (average n/2 rows). */
-            double bytes = wbytes + kv_bytes_per_pos * (double)cnt / 2.0;
-            br->rate = br->mean * bytes / 1e9;
+            /* Each step reads all weights plus the cache so far (depth + on
+             * average n/2 rows). */
+            br->bytes = wbytes + kv_bytes_per_pos * ((double)depth + (double)cnt / 2.0);
+            br->rate = br->mean * br->bytes / 1e9;
         }
     }
 
@@ -144,11 +181,16 @@ static int cmd_bench(int argc, char **argv) {
     name = name ? name + 1 : model_path;
     if (json) {
         printf("[");
-        for (int i = 0; i < n_res; i++)
-            printf("%s\n  {\"model\": \"%s\", \"device\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"tok_s\": %.3f, "
-                   "\"tok_s_std\": %.3f, \"%s\": %.3f, \"model_bytes\": %.0f, \"params\": %.0f}",
-                   i ? "," : "", name, pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
-                   res[i].is_pp ? "gflop_s" : "gb_s", res[i].rate, wbytes, params);
+        for (int i = 0; i < n_res; i++) {
+            printf("%s\n  {\"model\": ", i ? "," : "");
+            pl_cli_json_string(stdout, name, strlen(name));   /* a file name may hold quotes */
+            printf(", \"device\": \"%s\", \"threads\": %d, \"test\": \"%s\", \"tok_s\": %.3f, "
+                   "\"tok_s_std\": %.3f, \"%s\": %.3f, \"model_bytes\": %.0f, \"params\": %.0f, \"n_depth\": %lld",
+                   pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
+                   res[i].is_pp ? "gflop_s" : "gb_s", res[i].rate, wbytes, params, depth);
+            if (!res[i].is_pp) printf(", \"bytes_per_token\": %.0f", res[i].bytes);
+            printf("}");
+        }
         printf("\n]\n");
     } else {
         printf("| model | size | params | backend | threads | test | t/s | GB/s or GFLOP/s |\n");
