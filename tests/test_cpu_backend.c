@@ -272,6 +272,87 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
     free(q); free(kc); free(vc); free(tmp); free(pos); free(seq); free(d1); free(d2);
 }
 
+/* decode attention (fewer than 64 tokens: llama.cpp's flash-attention
+ * numerics): the position-major blocked path == the per-head path bit for
+ * bit, on 1 and 2 threads, and near ref. n_tok tokens, the last in slot 1;
+ * positions from p0 (several pieces of 64, a tail that is not a multiple of
+ * 8, fewer than 8); nh > 64 rows makes a task hold part of each cache row. */
+static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
+    pl_rng r = {(uint64_t)(hd * 7 + nh * 131 + nt + p0)};
+    const int64_t n_ctx = p0 + nt + 3, n_seq = 2;
+    float *q = malloc((size_t)(hd * nh * nt) * 4);
+    pl_fill_normal(&r, q, hd * nh * nt, 1.0f);
+    const size_t esz = cache == PL_F16 ? 2 : 4;
+    const int64_t kvd = nkv * hd;
+    char *kc = malloc((size_t)(kvd * n_ctx * n_seq) * esz), *vc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
+    float *tmp = malloc((size_t)kvd * 4);
+    for (int64_t i = 0; i < n_ctx * n_seq; i++) {
+        pl_fill_normal(&r, tmp, kvd, 2.0f);
+        pl_quantize_row(cache, tmp, kc + i * kvd * esz, kvd);
+        pl_fill_normal(&r, tmp, kvd, 1.0f);
+        pl_quantize_row(cache, tmp, vc + i * kvd * esz, kvd);
+    }
+    int32_t *pos = malloc((size_t)nt * 4), *seq = malloc((size_t)nt * 4);
+    for (int64_t t = 0; t < nt; t++) {
+        seq[t] = t == nt - 1 && nt > 1;
+        pos[t] = (int32_t)(seq[t] ? p0 / 3 : p0 + t);
+    }
+    pl_tensor tq, tk, tv, tp, ts, td[3];
+    float *d[3];
+    pl_tensor_init(&tq, PL_F32, 3, (int64_t[]){hd, nh, nt}, q);
+    pl_tensor_init(&tk, cache, 3, (int64_t[]){kvd, n_ctx, n_seq}, kc);
+    pl_tensor_init(&tv, cache, 3, (int64_t[]){kvd, n_ctx, n_seq}, vc);
+    pl_tensor_init(&tp, PL_I32, 1, (int64_t[]){nt}, pos);
+    pl_tensor_init(&ts, PL_I32, 1, (int64_t[]){nt}, seq);
+    for (int i = 0; i < 3; i++) {
+        d[i] = malloc((size_t)(hd * nh * nt) * 4);
+        pl_tensor_init(&td[i], PL_F32, 2, (int64_t[]){hd * nh, nt}, d[i]);
+    }
+    pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td[0]};
+    nd.iparams[0] = (int32_t)nkv;
+    nd.fparams[0] = 1.0f / sqrtf((float)hd);
+    CHECK(run_ref(&nd) == PL_OK, "ref attention");
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_ATTENTION, cache);
+    for (int nth = 1; nth <= 2; nth++) {
+        pl_exec_ctx *ctx = cpu_ctx(nth, k->work_size(&nd, nth));
+        for (int mode = 0; mode < 2; mode++) {
+            pl_cpu_att_blocked_mode = mode;
+            nd.dst = &td[1 + mode];
+            memset(d[1 + mode], 0xff, (size_t)(hd * nh * nt) * 4);
+            CHECK(run_on(&pl_backend_cpu, ctx, &nd) == PL_OK, "cpu attention");
+        }
+        pl_cpu_att_blocked_mode = -1;
+        CHECK(memcmp(d[1], d[2], (size_t)(hd * nh * nt) * 4) == 0,
+              "decode attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld, %d thread(s): blocked == per head",
+              pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, nth);
+        const double e = pl_nmse(d[2], d[0], hd * nh * nt);
+        CHECK(e < 1e-5, "decode attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld: nmse %g vs ref",
+              pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
+        cpu_ctx_free(ctx);
+    }
+    free(q); free(kc); free(vc); free(tmp); free(pos); free(seq);
+    for (int i = 0; i < 3; i++) free(d[i]);
+}
+
+/* The engine plans work memory with the largest batch; a decode step of
+ * the same attention node must fit in it (hd 160: no tiled prefill kernel,
+ * whose scratch would hide a shortfall). */
+static void test_attention_work_plan(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t n_ctx) {
+    pl_tensor tq[2], tk, tv;
+    pl_tensor_init(&tk, cache, 3, (int64_t[]){nkv * hd, n_ctx, 1}, NULL);
+    pl_tensor_init(&tv, cache, 3, (int64_t[]){nkv * hd, n_ctx, 1}, NULL);
+    pl_tensor_init(&tq[0], PL_F32, 3, (int64_t[]){hd, nh, 512}, NULL);
+    pl_tensor_init(&tq[1], PL_F32, 3, (int64_t[]){hd, nh, 1}, NULL);
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_ATTENTION, cache);
+    for (int nth = 1; nth <= 4; nth *= 2) {
+        pl_node big = {.op = PL_OP_ATTENTION, .src = {&tq[0], &tk, &tv}}, one = {.op = PL_OP_ATTENTION, .src = {&tq[1], &tk, &tv}};
+        big.iparams[0] = one.iparams[0] = (int32_t)nkv;
+        CHECK(k->work_size(&one, nth) <= k->work_size(&big, nth),
+              "attention work hd=%lld heads %lld/%lld ctx %lld, %d threads: decode %zu within the plan's %zu", (long long)hd,
+              (long long)nh, (long long)nkv, (long long)n_ctx, nth, k->work_size(&one, nth), k->work_size(&big, nth));
+    }
+}
+
 /* decode attention scores in llama.cpp's order: R rows at once == each row
  * alone, bit for bit; and near the exact dot products */
 static void test_att_dots(bool f16, int64_t hd, int64_t n, int R) {
@@ -374,6 +455,14 @@ int main(void) {
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
     test_attention_prefill(PL_F32, 64, 6, 3, 70, 5);
     test_attention_prefill(PL_F16, 96, 4, 4, 64, 130);
+    test_attention_work_plan(PL_F16, 160, 16, 8, 64);
+    test_attention_work_plan(PL_F16, 128, 32, 8, 4096);
+    test_attention_work_plan(PL_F32, 64, 8, 2, 100);
+    test_attention_decode(PL_F16, 128, 16, 8, 1, 300);   /* Qwen3 0.6B/1.7B shapes, pieces + a tail of 5 */
+    test_attention_decode(PL_F16, 64, 8, 2, 3, 130);     /* group 4, three tokens, two slots */
+    test_attention_decode(PL_F32, 32, 4, 2, 2, 70);
+    test_attention_decode(PL_F16, 128, 16, 8, 1, 4);     /* fewer positions than 8 */
+    test_attention_decode(PL_F16, 32, 128, 32, 2, 90);   /* 128 rows: tasks of 16 KV heads, part of each row */
     test_att_dots(true, 128, 37, 3);
     test_att_dots(true, 80, 21, 2);    /* a tail past the last 32 dims */
     test_att_dots(false, 64, 64, 4);

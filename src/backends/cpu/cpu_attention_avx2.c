@@ -232,12 +232,90 @@ static float pl_dot_tail(const float *q, const char *k, bool f16, int64_t np, in
     return (float)sum;
 }
 
+/* Two query rows (q0, q1: heads of one GQA group) x two K rows (k0, k1):
+ * each K vector is converted once for both heads. a[h][p] gets exactly
+ * pl_dot_partials(q_h, k_p): the same four partial sums, FMA'd in the same k
+ * order. Registers: 16 accumulators, 8 query vectors, the K vectors. */
+PL_AI void pl_dot_partials_2x2(const float *q0, const float *q1, const char *k0, const char *k1, const int f16,
+                               int64_t np, __m256 a[2][2]) {
+    __m256 s[2][2][4];
+    PL_UNROLL
+    for (int c = 0; c < 4; c++) s[0][0][c] = s[0][1][c] = s[1][0][c] = s[1][1][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < np; i += 32) {
+        __m256 qa[4], qb[4];
+        PL_UNROLL
+        for (int c = 0; c < 4; c++) {
+            qa[c] = _mm256_loadu_ps(q0 + i + 8 * c);
+            qb[c] = _mm256_loadu_ps(q1 + i + 8 * c);
+        }
+        PL_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256 x0 = pl_ld8(k0, i + 8 * c, f16), x1 = pl_ld8(k1, i + 8 * c, f16);
+            s[0][0][c] = _mm256_fmadd_ps(x0, qa[c], s[0][0][c]);
+            s[1][0][c] = _mm256_fmadd_ps(x0, qb[c], s[1][0][c]);
+            s[0][1][c] = _mm256_fmadd_ps(x1, qa[c], s[0][1][c]);
+            s[1][1][c] = _mm256_fmadd_ps(x1, qb[c], s[1][1][c]);
+        }
+    }
+    PL_UNROLL
+    for (int h = 0; h < 2; h++)
+        PL_UNROLL
+        for (int p = 0; p < 2; p++)
+            a[h][p] = _mm256_add_ps(_mm256_add_ps(s[h][p][0], s[h][p][2]), _mm256_add_ps(s[h][p][1], s[h][p][3]));
+}
+
+/* Scores of 8 positions from a[8] (one head), with the dim tail, scaled. */
+PL_AI void pl_dots_store8(const __m256 a[8], const float *q, const char *k, size_t ks, bool f16, int64_t j, int64_t np,
+                          int64_t hd, float scale, float *out) {
+    __m256 d = pl_reduce8_ggml(a);
+    if (np < hd) {
+        float t[8];
+        _mm256_storeu_ps(t, d);
+        for (int i = 0; i < 8; i++) t[i] = pl_dot_tail(q, k + (j + i) * ks, f16, np, hd, t[i]);
+        d = _mm256_loadu_ps(t);
+    }
+    _mm256_storeu_ps(out + j, _mm256_mul_ps(d, _mm256_set1_ps(scale)));
+}
+
 void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
                                float scale, float *S, int64_t ldS, const char *v, size_t vs) {
     const int64_t np = hd & ~(int64_t)31;
     const size_t bytes = (size_t)hd * (f16 ? 2 : 4);
     pl_prefetch_rows(k, ks, 0, PL_PF_ROWS, n, bytes);
-    for (int r = 0; r < R; r++) {
+    int r = 0;
+    if (R >= 2) {
+        /* heads 0 and 1 together: one K load and conversion for both, the
+         * positions in blocks of 8 (then the tail below, head by head) */
+        int64_t j = 0;
+        for (; j + 8 <= n; j += 8) {
+            if (j % PL_PF_ROWS == 0) {
+                pl_prefetch_rows(k, ks, j + PL_PF_ROWS, PL_PF_ROWS, n, bytes);
+                if (v) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
+            }
+            __m256 a0[8], a1[8];
+            PL_UNROLL
+            for (int p = 0; p < 8; p += 2) {
+                __m256 a[2][2];
+                if (f16) pl_dot_partials_2x2(q[0], q[1], k + (j + p) * ks, k + (j + p + 1) * ks, 1, np, a);
+                else pl_dot_partials_2x2(q[0], q[1], k + (j + p) * ks, k + (j + p + 1) * ks, 0, np, a);
+                a0[p] = a[0][0], a0[p + 1] = a[0][1], a1[p] = a[1][0], a1[p + 1] = a[1][1];
+            }
+            pl_dots_store8(a0, q[0], k, ks, f16, j, np, hd, scale, S);
+            pl_dots_store8(a1, q[1], k, ks, f16, j, np, hd, scale, S + ldS);
+        }
+        if (v && j % PL_PF_ROWS == 0) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
+        for (int h = 0; h < 2; h++)
+            for (int64_t t = j; t < n; t++) {
+                __m256 a[8];
+                a[0] = f16 ? pl_dot_partials(q[h], k + t * ks, 1, np) : pl_dot_partials(q[h], k + t * ks, 0, np);
+                for (int i = 1; i < 8; i++) a[i] = a[0];
+                float x[8];
+                _mm256_storeu_ps(x, pl_reduce8_ggml(a));
+                S[h * ldS + t] = pl_dot_tail(q[h], k + t * ks, f16, np, hd, x[0]) * scale;
+            }
+        r = 2;
+    }
+    for (; r < R; r++) {
         int64_t j = 0;
         for (; j + 8 <= n; j += 8) {
             /* the next batch of K rows (the other heads of the group find
@@ -267,6 +345,67 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
             float t[8];
             _mm256_storeu_ps(t, pl_reduce8_ggml(a));
             S[r * ldS + j] = pl_dot_tail(q[r], k + j * ks, f16, np, hd, t[0]) * scale;
+        }
+    }
+}
+
+/* Rows ahead for the software prefetch of a block narrower than the cache
+ * row (more query rows than a task holds): part of every row is a stride the
+ * hardware prefetchers follow badly (4 rows ahead: 0.55x the time of none
+ * in a stand-alone sweep at depth 2048). Whole rows need none. */
+#define PL_ATT_ROWS_PF 4
+
+/* One K slice x two query rows: the K vectors converted once for both. a[h]
+ * gets exactly pl_dot_partials(q_h, k). */
+PL_AI void pl_dot_partials_1x2(const float *q0, const float *q1, const char *k, const int f16, int64_t np, __m256 a[2]) {
+    __m256 s[2][4];
+    PL_UNROLL
+    for (int c = 0; c < 4; c++) s[0][c] = s[1][c] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < np; i += 32) {
+        PL_UNROLL
+        for (int c = 0; c < 4; c++) {
+            const __m256 x = pl_ld8(k, i + 8 * c, f16);
+            s[0][c] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q0 + i + 8 * c), s[0][c]);
+            s[1][c] = _mm256_fmadd_ps(x, _mm256_loadu_ps(q1 + i + 8 * c), s[1][c]);
+        }
+    }
+    PL_UNROLL
+    for (int h = 0; h < 2; h++) a[h] = _mm256_add_ps(_mm256_add_ps(s[h][0], s[h][2]), _mm256_add_ps(s[h][1], s[h][3]));
+}
+
+/* Position-major scores for a block of G KV heads: for each position j, the
+ * block's G slices of cache row j (adjacent, G * hd elements) against the
+ * rows' queries; row r = g * group + h (group even, hd % 32 == 0). The cache
+ * is read forward, whole rows at a time (one KV head at a time over all
+ * positions reads hd elements of every row: a stride the prefetchers follow
+ * badly). Every score has pl_cpu_att_dots_ggml_avx2's bits (same partial
+ * sums, same reduction, same scaling). */
+void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const char *k, size_t ks, bool f16,
+                               int64_t n, int64_t hd, float scale, float *S, int64_t ldS) {
+    const int rows = G * group;
+    const size_t el = f16 ? 2 : 4;
+    const __m256 sc = _mm256_set1_ps(scale);
+    const size_t slice = (size_t)G * (size_t)hd * el;
+    const int64_t pf = slice < ks ? PL_ATT_ROWS_PF : 0;
+    for (int64_t j = 0; j < n; j++) {
+        const char *kr = k + j * ks;
+        if (pf && j + pf < n)
+            for (size_t off = 0; off < slice; off += 64) _mm_prefetch(kr + pf * (int64_t)ks + off, _MM_HINT_T0);
+        __m256 a[8];
+        int na = 0, r0 = 0;
+        for (int r = 0; r < rows; r += 2) {
+            const char *kg = kr + (size_t)(r / group) * (size_t)hd * el;
+            if (f16) pl_dot_partials_1x2(q[r], q[r + 1], kg, 1, hd, a + na);
+            else pl_dot_partials_1x2(q[r], q[r + 1], kg, 0, hd, a + na);
+            na += 2;
+            if (na == 8 || r + 2 == rows) {
+                for (int i = na; i < 8; i++) a[i] = a[0];
+                float t[8];
+                _mm256_storeu_ps(t, _mm256_mul_ps(pl_reduce8_ggml(a), sc));
+                for (int i = 0; i < na; i++) S[(r0 + i) * ldS + j] = t[i];
+                r0 += na;
+                na = 0;
+            }
         }
     }
 }
@@ -387,6 +526,60 @@ __attribute__((target("avx512f,avx512vl"))) void pl_cpu_att_vkq2_avx512(const fl
     for (; d < hd; d += 32) {
         if (f16) pl_vkq_slice2(e0, e1, n, v, vs, 1, d, inv0, inv1, O0, O1, 4);
         else pl_vkq_slice2(e0, e1, n, v, vs, 0, d, inv0, inv1, O0, O1, 4);
+    }
+}
+
+/* f32 -> f16 -> f32: the rounding of ggml's VKQ16 accumulator. */
+PL_AI __m256 pl_round16(__m256 x) { return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT)); }
+
+/* Position-major V recurrence for a block of G KV heads: for each position
+ * j, the block's slices of V row j (adjacent) update every row's
+ * accumulators, two rows (heads of one KV head) per V load; row r = g *
+ * group + h reads E[r * ldE + j] (tagged as for pl_vkq_slice2) and keeps its
+ * raw accumulators in A[r * hd ...] (f32, rounded to f16 after every step
+ * with an f16 cache) before and after. Each accumulator sees
+ * pl_vkq_slice2's operations in its order, so the bits are the same; the
+ * cache is read forward, and the rounding chains of different rows and
+ * dims interleave instead of waiting on each other. group even, hd % 8 == 0. */
+void pl_cpu_att_vkq_rows_avx2(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v, size_t vs,
+                              bool f16, int64_t hd, float *A) {
+    const int rows = G * group;
+    const size_t el = f16 ? 2 : 4;
+    const size_t slice = (size_t)G * (size_t)hd * el;
+    const int64_t pf = slice < vs ? PL_ATT_ROWS_PF : 0;
+    for (int64_t j = 0; j < n; j++) {
+        const char *vr = v + j * vs;
+        if (pf && j + pf < n)
+            for (size_t off = 0; off < slice; off += 64) _mm_prefetch(vr + pf * (int64_t)vs + off, _MM_HINT_T0);
+        for (int r = 0; r < rows; r += 2) {
+            const char *vg = vr + (size_t)(r / group) * (size_t)hd * el;
+            float *A0 = A + (int64_t)r * hd, *A1 = A0 + hd;
+            float w[2] = {E[r * ldE + j], E[(r + 1) * ldE + j]};
+            for (int i = 0; i < 2; i++) {
+                if (!signbit(w[i])) continue;
+                const __m256 ms = _mm256_set1_ps(-w[i]);
+                float *Ai = i ? A1 : A0;
+                for (int64_t d = 0; d < hd; d += 8) {
+                    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(Ai + d), ms);
+                    _mm256_storeu_ps(Ai + d, f16 ? pl_round16(x) : x);
+                }
+                w[i] = 1.0f;
+            }
+            const __m256 w0 = _mm256_set1_ps(w[0]), w1 = _mm256_set1_ps(w[1]);
+            if (f16) {
+                for (int64_t d = 0; d < hd; d += 8) {
+                    const __m256 x = pl_ld8(vg, d, 1);
+                    _mm256_storeu_ps(A0 + d, pl_round16(_mm256_fmadd_ps(x, w0, _mm256_loadu_ps(A0 + d))));
+                    _mm256_storeu_ps(A1 + d, pl_round16(_mm256_fmadd_ps(x, w1, _mm256_loadu_ps(A1 + d))));
+                }
+            } else {
+                for (int64_t d = 0; d < hd; d += 8) {
+                    const __m256 x = pl_ld8(vg, d, 0);
+                    _mm256_storeu_ps(A0 + d, _mm256_fmadd_ps(x, w0, _mm256_loadu_ps(A0 + d)));
+                    _mm256_storeu_ps(A1 + d, _mm256_fmadd_ps(x, w1, _mm256_loadu_ps(A1 + d)));
+                }
+            }
+        }
     }
 }
 

@@ -181,6 +181,9 @@ bool pl_cpu_has_vnni512(void);
  * pl_cpu_switch(name): false when the environment variable name is "0". */
 bool pl_cpu_repack_enabled(void);
 bool pl_cpu_switch(const char *name);
+/* The blocked decode attention (cpu_attention.c): -1 follows the switch
+ * PL_CPU_ATT_BLOCK; tests set 0 (off) or 1 (on where it applies). */
+extern int pl_cpu_att_blocked_mode;
 
 /* Matmul with a prepared weight (cpu_packed.c); a group of up to
  * PL_CPU_MM_GROUP_MAX matmuls reading the same activations (converted once,
@@ -267,6 +270,10 @@ float pl_cpu_att_softmax_avx2(float *x, int64_t n);
  * a latency-bound chain that cannot run ahead to its own misses). */
 void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n, int64_t hd,
                                float scale, float *S, int64_t ldS, const char *v, size_t vs);
+void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const char *k, size_t ks, bool f16,
+                               int64_t n, int64_t hd, float scale, float *S, int64_t ldS);
+void pl_cpu_att_vkq_rows_avx2(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v, size_t vs,
+                              bool f16, int64_t hd, float *A);
 void pl_cpu_vexp_avx2(float *x, int64_t n);
 void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
                           float inv0, float inv1, float *O0, float *O1);
