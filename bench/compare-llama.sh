@@ -18,7 +18,8 @@
 # of 4 KiB and 2 MiB pages, before every model and at the end), and PocketLLM's
 # peak RSS against file size + KV cache + 10%.
 #
-# Environment: THREADS ("1 2"), P (512), N (128), ROUNDS (3), POCKETLLM
+# Environment: THREADS ("1 2"), P (512), N (128), D (0: the tests' depth, llama-bench's
+# -d: "tg32 @ d2048" runs after 2048 context tokens), ROUNDS (3), POCKETLLM
 # (build-perf/bin/pocketllm, else build/bin/pocketllm), OUT (a JSON file for
 # the raw results), MARKDOWN=1 (print the table as Markdown).
 set -euo pipefail
@@ -38,6 +39,8 @@ done
 THREADS="${THREADS:-1 2}"
 P="${P:-512}"
 N="${N:-128}"
+D="${D:-0}"
+depth=(); [ "$D" -gt 0 ] && depth=(-d "$D")
 ROUNDS="${ROUNDS:-3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -51,7 +54,7 @@ stream() {   # threads at -> appends JSON lines to $work/stream.jsonl (at: index
 }
 
 run_llama() {   # model threads round
-  "$llama_bench" -m "$1" -t "$2" -p "$P" -n "$N" -r 1 -o json 2>/dev/null > "$work/llama.$3.$2.json" || true
+  "$llama_bench" -m "$1" -t "$2" -p "$P" -n "$N" "${depth[@]}" -r 1 -o json 2>/dev/null > "$work/llama.$3.$2.json" || true
   python3 - "$work/llama.$3.$2.json" "$1" "$2" >> "$work/results.jsonl" <<'EOF'
 import json, sys
 path, model, th = sys.argv[1:4]
@@ -61,13 +64,15 @@ except Exception:
     rows = []
 for r in rows:
     test = ("pp%d" % r["n_prompt"]) if r["n_prompt"] else ("tg%d" % r["n_gen"])
+    if r.get("n_depth"):
+        test += " @ d%d" % r["n_depth"]
     print(json.dumps({"engine": "llama.cpp", "model": model, "threads": int(th), "test": test, "tok_s": r["avg_ts"],
                       "model_size": r["model_size"]}))
 EOF
 }
 
 run_ours() {   # model threads round
-  /usr/bin/time -f "%M" -o "$work/rss.$3.$2" "$pocketllm" bench --model "$1" --threads "$2" -p "$P" -n "$N" -r 1 --json \
+  /usr/bin/time -f "%M" -o "$work/rss.$3.$2" "$pocketllm" bench --model "$1" --threads "$2" -p "$P" -n "$N" "${depth[@]}" -r 1 --json \
     > "$work/ours.$3.$2.json" 2>/dev/null || true
   python3 - "$work/ours.$3.$2.json" "$1" "$2" "$work/rss.$3.$2" >> "$work/results.jsonl" <<'EOF'
 import json, sys
@@ -102,11 +107,12 @@ for model in "$@"; do
 done
 for t in $THREADS; do stream "$t" "$at"; done
 
-python3 - "$work/results.jsonl" "$work/stream.jsonl" "$root/python" "${MARKDOWN:-0}" "${OUT:-}" "$P" "$N" "$@" <<'EOF'
+python3 - "$work/results.jsonl" "$work/stream.jsonl" "$root/python" "${MARKDOWN:-0}" "${OUT:-}" "$P" "$N" "$D" "$@" <<'EOF'
 import json, os, statistics, sys
-res_path, stream_path, pydir, md, out, P, N = sys.argv[1:8]
-models = sys.argv[8:]
-P, N = int(P), int(N)
+res_path, stream_path, pydir, md, out, P, N, D = sys.argv[1:9]
+models = sys.argv[9:]
+P, N, D = int(P), int(N), int(D)
+at_d = " @ d%d" % D if D else ""
 sys.path.insert(0, pydir)
 rows = [json.loads(l) for l in open(res_path) if l.strip()]
 streams = [json.loads(l) for l in open(stream_path) if l.strip()]
@@ -143,7 +149,7 @@ for mi, model in enumerate(models):
     size = os.path.getsize(model)
     kv_pos = kv_bytes(model, 1)
     for th in sorted({r["threads"] for r in rows if r["model"] == model}):
-        for test in ("pp%d" % P, "tg%d" % N):
+        for test in ("pp%d" % P + at_d, "tg%d" % N + at_d):
             sel = lambda e: [r for r in rows if r["model"] == model and r["threads"] == th and r["test"] == test and r["engine"] == e]
             ours, llama = sel("pocketllm"), sel("llama.cpp")
             if not ours and not llama:
@@ -154,14 +160,14 @@ for mi, model in enumerate(models):
                    "llama": l, "llama_std": ls, "ratio": o / l if l else float("nan")}
             if test.startswith("tg"):
                 wbytes = ours[0]["model_bytes"] if ours else (llama[0]["model_size"] if llama else 0)
-                per_tok = wbytes + kv_pos * N / 2   # the cache grows from 0 to N rows
+                per_tok = wbytes + kv_pos * (D + N / 2)   # the cache grows from D to D + N rows
                 row.update({"bytes_per_token": per_tok, "pocketllm_gb_s": o * per_tok / 1e9,
                             "llama_gb_s": l * per_tok / 1e9, "ceiling_gb_s": local_ceiling(mi, th),
                             "ceiling_run_max_gb_s": ceiling.get(th, float("nan"))})
                 row["pocketllm_of_ceiling"] = row["pocketllm_gb_s"] / row["ceiling_gb_s"]
                 row["pocketllm_of_run_max"] = row["pocketllm_gb_s"] / row["ceiling_run_max_gb_s"]
             rss = max([r.get("rss_kb", 0) for r in ours] or [0]) * 1024
-            limit = (size + kv_bytes(model, P + N)) * 1.10
+            limit = (size + kv_bytes(model, D + P + N)) * 1.10
             row.update({"peak_rss": rss, "rss_limit": limit})
             table.append(row)
 

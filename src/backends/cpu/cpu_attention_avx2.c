@@ -264,6 +264,16 @@ PL_AI void pl_dot_partials_2x2(const float *q0, const float *q1, const char *k0,
             a[h][p] = _mm256_add_ps(_mm256_add_ps(s[h][p][0], s[h][p][2]), _mm256_add_ps(s[h][p][1], s[h][p][3]));
 }
 
+/* One score alone (the positions after the last full batch of 8). */
+PL_AI float pl_dot_one(const float *q, const char *k, bool f16, int64_t np, int64_t hd, float scale) {
+    __m256 a[8];
+    a[0] = f16 ? pl_dot_partials(q, k, 1, np) : pl_dot_partials(q, k, 0, np);
+    for (int i = 1; i < 8; i++) a[i] = a[0];
+    float t[8];
+    _mm256_storeu_ps(t, pl_reduce8_ggml(a));
+    return pl_dot_tail(q, k, f16, np, hd, t[0]) * scale;
+}
+
 /* Scores of 8 positions from a[8] (one head), with the dim tail, scaled. */
 PL_AI void pl_dots_store8(const __m256 a[8], const float *q, const char *k, size_t ks, bool f16, int64_t j, int64_t np,
                           int64_t hd, float scale, float *out) {
@@ -305,14 +315,7 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
         }
         if (v && j % PL_PF_ROWS == 0) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
         for (int h = 0; h < 2; h++)
-            for (int64_t t = j; t < n; t++) {
-                __m256 a[8];
-                a[0] = f16 ? pl_dot_partials(q[h], k + t * ks, 1, np) : pl_dot_partials(q[h], k + t * ks, 0, np);
-                for (int i = 1; i < 8; i++) a[i] = a[0];
-                float x[8];
-                _mm256_storeu_ps(x, pl_reduce8_ggml(a));
-                S[h * ldS + t] = pl_dot_tail(q[h], k + t * ks, f16, np, hd, x[0]) * scale;
-            }
+            for (int64_t t = j; t < n; t++) S[h * ldS + t] = pl_dot_one(q[h], k + t * ks, f16, np, hd, scale);
         r = 2;
     }
     for (; r < R; r++) {
@@ -328,24 +331,10 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
             PL_UNROLL
             for (int i = 0; i < 8; i++)
                 a[i] = f16 ? pl_dot_partials(q[r], k + (j + i) * ks, 1, np) : pl_dot_partials(q[r], k + (j + i) * ks, 0, np);
-            __m256 d = pl_reduce8_ggml(a);
-            if (np < hd) {
-                float t[8];
-                _mm256_storeu_ps(t, d);
-                for (int i = 0; i < 8; i++) t[i] = pl_dot_tail(q[r], k + (j + i) * ks, f16, np, hd, t[i]);
-                d = _mm256_loadu_ps(t);
-            }
-            _mm256_storeu_ps(S + r * ldS + j, _mm256_mul_ps(d, _mm256_set1_ps(scale)));
+            pl_dots_store8(a, q[r], k, ks, f16, j, np, hd, scale, S + r * ldS);
         }
         if (r == 0 && v && j % PL_PF_ROWS == 0) pl_prefetch_rows_to(v, vs, j, PL_PF_ROWS, n, bytes, true);
-        for (; j < n; j++) {
-            __m256 a[8];
-            a[0] = f16 ? pl_dot_partials(q[r], k + j * ks, 1, np) : pl_dot_partials(q[r], k + j * ks, 0, np);
-            for (int i = 1; i < 8; i++) a[i] = a[0];
-            float t[8];
-            _mm256_storeu_ps(t, pl_reduce8_ggml(a));
-            S[r * ldS + j] = pl_dot_tail(q[r], k + j * ks, f16, np, hd, t[0]) * scale;
-        }
+        for (; j < n; j++) S[r * ldS + j] = pl_dot_one(q[r], k + j * ks, f16, np, hd, scale);
     }
 }
 
