@@ -226,22 +226,38 @@ static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
     free(x);
 }
 
+/* Attention inputs: nt query rows of nh heads, K and V caches of n_ctx x
+ * n_seq positions (K values of scale k_sd), in the cache's type. */
+typedef struct att_inputs { float *q; char *kc, *vc; } att_inputs;
+static att_inputs make_att_inputs(pl_rng *r, pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt,
+                                  int64_t n_ctx, int64_t n_seq, float k_sd) {
+    att_inputs in;
+    in.q = malloc((size_t)(hd * nh * nt) * 4);
+    pl_fill_normal(r, in.q, hd * nh * nt, 1.0f);
+    const size_t esz = cache == PL_F16 ? 2 : 4;
+    const int64_t kvd = nkv * hd;
+    in.kc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
+    in.vc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
+    float *tmp = malloc((size_t)kvd * 4);
+    for (int64_t i = 0; i < n_ctx * n_seq; i++) {
+        pl_fill_normal(r, tmp, kvd, k_sd);
+        pl_quantize_row(cache, tmp, in.kc + i * kvd * esz, kvd);
+        pl_fill_normal(r, tmp, kvd, 1.0f);
+        pl_quantize_row(cache, tmp, in.vc + i * kvd * esz, kvd);
+    }
+    free(tmp);
+    return in;
+}
+
+static void free_att_inputs(att_inputs *in) { free(in->q); free(in->kc); free(in->vc); }
+
 /* prefill attention (the tiled kernel on AVX-512 machines) vs ref */
 static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
     pl_rng r = {(uint64_t)(hd * 1000 + nt + p0)};
-    const int64_t n_ctx = p0 + nt + 7, n_seq = 2;
-    float *q = malloc((size_t)(hd * nh * nt) * 4);
-    pl_fill_normal(&r, q, hd * nh * nt, 1.0f);
-    const size_t esz = cache == PL_F16 ? 2 : 4;
-    const int64_t kvd = nkv * hd;
-    char *kc = malloc((size_t)(kvd * n_ctx * n_seq) * esz), *vc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
-    float *tmp = malloc((size_t)kvd * 4);
-    for (int64_t i = 0; i < n_ctx * n_seq; i++) {
-        pl_fill_normal(&r, tmp, kvd, 1.0f);
-        pl_quantize_row(cache, tmp, kc + i * kvd * esz, kvd);
-        pl_fill_normal(&r, tmp, kvd, 1.0f);
-        pl_quantize_row(cache, tmp, vc + i * kvd * esz, kvd);
-    }
+    const int64_t n_ctx = p0 + nt + 7, n_seq = 2, kvd = nkv * hd;
+    att_inputs in = make_att_inputs(&r, cache, hd, nh, nkv, nt, n_ctx, n_seq, 1.0f);
+    float *q = in.q;
+    char *kc = in.kc, *vc = in.vc;
     int32_t *pos = malloc((size_t)nt * 4), *seq = malloc((size_t)nt * 4);
     for (int64_t t = 0; t < nt; t++) {   /* two sequences: slot 1 for the last quarter */
         const bool s1 = t >= nt - nt / 4;
@@ -269,7 +285,8 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
     CHECK(e < 1e-9, "attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld: nmse %g", pl_dtype_name(cache),
           (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
     cpu_ctx_free(ctx);
-    free(q); free(kc); free(vc); free(tmp); free(pos); free(seq); free(d1); free(d2);
+    free_att_inputs(&in);
+    free(pos); free(seq); free(d1); free(d2);
 }
 
 /* decode attention (fewer than 64 tokens: llama.cpp's flash-attention
@@ -279,19 +296,10 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
  * 8, fewer than 8); nh > 64 rows makes a task hold part of each cache row. */
 static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
     pl_rng r = {(uint64_t)(hd * 7 + nh * 131 + nt + p0)};
-    const int64_t n_ctx = p0 + nt + 3, n_seq = 2;
-    float *q = malloc((size_t)(hd * nh * nt) * 4);
-    pl_fill_normal(&r, q, hd * nh * nt, 1.0f);
-    const size_t esz = cache == PL_F16 ? 2 : 4;
-    const int64_t kvd = nkv * hd;
-    char *kc = malloc((size_t)(kvd * n_ctx * n_seq) * esz), *vc = malloc((size_t)(kvd * n_ctx * n_seq) * esz);
-    float *tmp = malloc((size_t)kvd * 4);
-    for (int64_t i = 0; i < n_ctx * n_seq; i++) {
-        pl_fill_normal(&r, tmp, kvd, 2.0f);
-        pl_quantize_row(cache, tmp, kc + i * kvd * esz, kvd);
-        pl_fill_normal(&r, tmp, kvd, 1.0f);
-        pl_quantize_row(cache, tmp, vc + i * kvd * esz, kvd);
-    }
+    const int64_t n_ctx = p0 + nt + 3, n_seq = 2, kvd = nkv * hd;
+    att_inputs in = make_att_inputs(&r, cache, hd, nh, nkv, nt, n_ctx, n_seq, 2.0f);
+    float *q = in.q;
+    char *kc = in.kc, *vc = in.vc;
     int32_t *pos = malloc((size_t)nt * 4), *seq = malloc((size_t)nt * 4);
     for (int64_t t = 0; t < nt; t++) {
         seq[t] = t == nt - 1 && nt > 1;
@@ -330,7 +338,8 @@ static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_
               pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
         cpu_ctx_free(ctx);
     }
-    free(q); free(kc); free(vc); free(tmp); free(pos); free(seq);
+    free_att_inputs(&in);
+    free(pos); free(seq);
     for (int i = 0; i < 3; i++) free(d[i]);
 }
 

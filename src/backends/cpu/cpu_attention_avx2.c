@@ -344,6 +344,13 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
  * in a stand-alone sweep at depth 2048). Whole rows need none. */
 #define PL_ATT_ROWS_PF 4
 
+/* Row j + pf's slice (bytes from base), when the slice is part of a row. */
+PL_AI void pl_prefetch_slice(const char *base, size_t stride, size_t slice, int64_t j, int64_t n) {
+    if (slice >= stride || j + PL_ATT_ROWS_PF >= n) return;
+    const char *p = base + (j + PL_ATT_ROWS_PF) * (int64_t)stride;
+    for (size_t off = 0; off < slice; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
+}
+
 /* One K slice x two query rows: the K vectors converted once for both. a[h]
  * gets exactly pl_dot_partials(q_h, k). */
 PL_AI void pl_dot_partials_1x2(const float *q0, const float *q1, const char *k, const int f16, int64_t np, __m256 a[2]) {
@@ -375,11 +382,9 @@ void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const ch
     const size_t el = f16 ? 2 : 4;
     const __m256 sc = _mm256_set1_ps(scale);
     const size_t slice = (size_t)G * (size_t)hd * el;
-    const int64_t pf = slice < ks ? PL_ATT_ROWS_PF : 0;
     for (int64_t j = 0; j < n; j++) {
         const char *kr = k + j * ks;
-        if (pf && j + pf < n)
-            for (size_t off = 0; off < slice; off += 64) _mm_prefetch(kr + pf * (int64_t)ks + off, _MM_HINT_T0);
+        pl_prefetch_slice(k, ks, slice, j, n);
         __m256 a[8];
         int na = 0, r0 = 0;
         for (int r = 0; r < rows; r += 2) {
@@ -535,11 +540,9 @@ void pl_cpu_att_vkq_rows_avx2(int G, int group, const float *E, int64_t ldE, int
     const int rows = G * group;
     const size_t el = f16 ? 2 : 4;
     const size_t slice = (size_t)G * (size_t)hd * el;
-    const int64_t pf = slice < vs ? PL_ATT_ROWS_PF : 0;
     for (int64_t j = 0; j < n; j++) {
         const char *vr = v + j * vs;
-        if (pf && j + pf < n)
-            for (size_t off = 0; off < slice; off += 64) _mm_prefetch(vr + pf * (int64_t)vs + off, _MM_HINT_T0);
+        pl_prefetch_slice(v, vs, slice, j, n);
         for (int r = 0; r < rows; r += 2) {
             const char *vg = vr + (size_t)(r / group) * (size_t)hd * el;
             float *A0 = A + (int64_t)r * hd, *A1 = A0 + hd;
