@@ -56,6 +56,9 @@
 #define PL_ATT_FLASH_ROWS 128  /* query rows per task of the tiled (AVX-512) prefill kernel */
 #define PL_ATT_ROWS 8      /* target query rows per task (heads x tokens) */
 #define PL_ATT_JBLK 64     /* cache positions per L1 block */
+#define PL_ATT_PIECE 64    /* positions per piece of the blocked path; a multiple of 8: pl_cpu_vexp_avx2's tail
+                            * positions stay those of a whole row */
+#define PL_ATT_BLOCK_ROWS 64 /* query rows per task of the blocked path, at most */
 
 /* ---- helpers: portable ------------------------------------------------------*/
 
@@ -352,8 +355,6 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
  * Scratch (pl_att_block_scratch): S and flags (rows x piece), Q and the
  * accumulators (rows x hd), M and the sums (rows). Needs group % 2 == 0 and
  * hd % 32 == 0, AVX2. */
-#define PL_ATT_PIECE 64      /* a multiple of 8: pl_cpu_vexp_avx2's tail positions stay those of a whole row */
-#define PL_ATT_BLOCK_ROWS 64 /* query rows per task at most */
 
 static size_t pl_att_block_scratch(int64_t rows, int64_t hd) {
     return (size_t)rows * ((size_t)PL_ATT_PIECE * 5 + (size_t)hd * 8 + 8) + 64;

@@ -14,10 +14,15 @@
 #include "kernels/abi.h"
 #include "quant/blocks.h"
 
+/* x86-64 builds compile the *_avx2.c files; elsewhere only the portable
+ * kernels exist. -DPL_CPU_HAVE_AVX2_BUILD=0 compiles an x86 tree as the
+ * others (tests/CMakeLists.txt: portable_sources). */
+#ifndef PL_CPU_HAVE_AVX2_BUILD
 #if defined(__x86_64__) || defined(_M_X64)
 #define PL_CPU_HAVE_AVX2_BUILD 1
 #else
 #define PL_CPU_HAVE_AVX2_BUILD 0
+#endif
 #endif
 
 /* ---- matmul micro-kernels ---------------------------------------------------

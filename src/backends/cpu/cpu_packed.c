@@ -107,6 +107,8 @@ static void pl_pk_chunk_panels(const pl_pk_job *j, int mi, int64_t p0, int64_t p
             const int64_t off = c * mt->N + r0;
 #if PL_CPU_HAVE_AVX2_BUILD
             pl_cpu_swiglu_avx2(mt->dst + off, j->mat[1].dst + off, j->swiglu + off, nr);
+#else
+            (void)off, (void)nr;   /* fused groups with SwiGLU need AVX2 (pl_try_group) */
 #endif
         }
     }
