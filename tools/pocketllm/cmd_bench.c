@@ -4,9 +4,10 @@
  *   tgN: N single-token decode steps from an empty cache, no sampling.
  *   -d D ("ppP @ dD", "tgN @ dD"): the same tests after D context tokens:
  *   the cache holds positions 0..D-1 (filled in n_batch chunks, not timed)
- *   and the test runs at positions D... The fill is done once per test: every
- *   repetition writes only positions >= D, so positions 0..D-1 stay exactly
- *   what a refill would write (llama-bench refills before each repetition).
+ *   and the test runs at positions D... The fill is done once for both
+ *   tests: every repetition writes only positions >= D, so positions 0..D-1
+ *   stay exactly what a refill would write (llama-bench refills before each
+ *   repetition).
  * Each test runs once to warm up, then r times; mean and stddev of tok/s.
  * Decode also reports achieved GB/s (weight bytes + KV bytes read per token),
  * prefill GFLOP/s (2 * params per token + attention).
@@ -133,6 +134,12 @@ static int cmd_bench(int argc, char **argv) {
     const pl_memory_plan plan = pl_model_memory_plan(m);
     const double kv_bytes_per_pos = (double)plan.kv_cache / (double)pl_model_n_ctx(m);
 
+    /* The depth context, once: the tests only write positions >= depth. */
+    if (depth > 0 && fill_depth(m, (int)depth, mp.n_batch, toks, logits) != PL_OK) {
+        int rc = pl_cli_error("%s", pl_last_error());
+        free(logits); free(toks); pl_model_free(m);
+        return rc;
+    }
     bench_result res[2];
     int n_res = 0;
     for (int t = 0; t < 2; t++) {
@@ -143,12 +150,6 @@ static int cmd_bench(int argc, char **argv) {
         if (depth > 0) snprintf(br->test, sizeof br->test, "%s%lld @ d%lld", t == 0 ? "pp" : "tg", cnt, depth);
         else snprintf(br->test, sizeof br->test, "%s%lld", t == 0 ? "pp" : "tg", cnt);
         double sum = 0, sum2 = 0;
-        pl_status fst = depth > 0 ? fill_depth(m, (int)depth, mp.n_batch, toks, logits) : PL_OK;
-        if (fst != PL_OK) {
-            int rc = pl_cli_error("%s", pl_last_error());
-            free(logits); free(toks); pl_model_free(m);
-            return rc;
-        }
         for (long long rep = -1; rep < r; rep++) {
             double t0 = now_s();
             pl_status st = t == 0 ? run_pp(m, (int)cnt, test_toks, logits, (int)depth)

@@ -263,6 +263,42 @@ static void pl_att_run_tokens(const pl_att_job *j, int64_t g, int64_t t0, int64_
     }
 }
 
+/* A query row in the cache's type, as ggml's q_to_vec_dot. */
+static void pl_att_query_row(const pl_att_job *j, const float *src, float *dq) {
+    const int64_t hd = j->head_dim;
+    if (!j->f16) memcpy(dq, src, (size_t)hd * sizeof(float));
+#if PL_CPU_HAVE_AVX2_BUILD
+    else if (j->avx2) pl_cpu_round_f16_avx2(src, dq, hd);
+#endif
+    else for (int64_t d = 0; d < hd; d++) dq[d] = pl_round_f16(src[d]);
+}
+
+/* The running-maximum scan of n scores e of one row, continuing from the
+ * row's maximum *M and sum *sum over earlier positions (-inf and 0 at the
+ * start): at a new maximum ms = exp(M_old - M), vs = 1, and e gets the sign
+ * tag (-ms); otherwise ms = 1, vs = exp(s - M). newmax: n bytes of scratch. */
+static void pl_att_scan(const pl_att_job *j, float *e, uint8_t *newmax, int64_t n, float *M, float *sum) {
+    float Mr = *M;
+    for (int64_t i = 0; i < n; i++) {
+        const float s = e[i];
+        newmax[i] = s > Mr;
+        if (s > Mr) { e[i] = Mr - s; Mr = s; }
+        else e[i] = s - Mr;
+    }
+    *M = Mr;
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (j->avx2) pl_cpu_vexp_avx2(e, n);
+    else
+#endif
+        for (int64_t i = 0; i < n; i++) e[i] = expf(e[i]);
+    float sm = *sum;
+    for (int64_t i = 0; i < n; i++) {
+        if (newmax[i]) { sm = sm * e[i] + 1.0f; e[i] = -e[i]; }   /* sign tag: a new maximum */
+        else sm = sm * 1.0f + e[i];
+    }
+    *sum = sm;
+}
+
 /* The online path for token t and query heads h0..h1-1 of KV head g: one
  * score row per head, then per head the running-maximum scan (scalar), the
  * exps (vector) and the V recurrence. Scratch: S (R rows of n_ctx), Q (R rows
@@ -280,14 +316,8 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
     const float *qr[PL_ATT_RUN_ROWS];
     const int R = (int)(h1 - h0);
     for (int r = 0; r < R; r++) {
-        const float *src = (const float *)pl_tensor_row(q, g * j->group + h0 + r, t, 0);
-        float *dq = Q + r * hd;   /* Q in the cache's type, as ggml's q_to_vec_dot */
-        if (!j->f16) memcpy(dq, src, (size_t)hd * sizeof(float));
-#if PL_CPU_HAVE_AVX2_BUILD
-        else if (j->avx2) pl_cpu_round_f16_avx2(src, dq, hd);
-#endif
-        else for (int64_t d = 0; d < hd; d++) dq[d] = pl_round_f16(src[d]);
-        qr[r] = dq;
+        qr[r] = Q + r * hd;
+        pl_att_query_row(j, (const float *)pl_tensor_row(q, g * j->group + h0 + r, t, 0), Q + r * hd);
     }
 #if PL_CPU_HAVE_AVX2_BUILD
     if (j->avx2)
@@ -297,26 +327,8 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
         pl_att_dots_ggml_c(R, qr, kbase, k->nb[1], j->f16, n, hd, j->scale, S, ldS);
     float inv[PL_ATT_RUN_ROWS];
     for (int r = 0; r < R; r++) {
-        float *e = S + r * ldS;
-        /* running maximum: at a new maximum ms = exp(M_old - M), vs = 1;
-         * otherwise ms = 1, vs = exp(s - M) */
-        float M = -INFINITY;
-        for (int64_t i = 0; i < n; i++) {
-            const float s = e[i];
-            newmax[i] = s > M;
-            if (s > M) { e[i] = M - s; M = s; }
-            else e[i] = s - M;
-        }
-#if PL_CPU_HAVE_AVX2_BUILD
-        if (j->avx2) pl_cpu_vexp_avx2(e, n);
-        else
-#endif
-            for (int64_t i = 0; i < n; i++) e[i] = expf(e[i]);
-        float sum = 0.0f;
-        for (int64_t i = 0; i < n; i++) {
-            if (newmax[i]) { sum = sum * e[i] + 1.0f; e[i] = -e[i]; }   /* sign tag: a new maximum */
-            else sum = sum * 1.0f + e[i];
-        }
+        float M = -INFINITY, sum = 0.0f;
+        pl_att_scan(j, S + r * ldS, newmax, n, &M, &sum);
         inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
     }
     float *o0 = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g * j->group + h0) * hd;
@@ -352,12 +364,12 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
  * of a row at once, and the roundings of all rows interleave. Decode at
  * depth 2048 (0.6B shapes, 28 layers, 1 thread): 1.31-1.43 ms per layer
  * before, 0.76-0.82 after (bench/RESULTS.md).
- * Scratch (pl_att_block_scratch): S and flags (rows x piece), Q and the
- * accumulators (rows x hd), M and the sums (rows). Needs group % 2 == 0 and
+ * Scratch (pl_att_block_scratch): S (rows x piece), Q and the accumulators
+ * (rows x hd), M and the sums (rows), the scan's flags (piece). Needs group % 2 == 0 and
  * hd % 32 == 0, AVX2. */
 
 static size_t pl_att_block_scratch(int64_t rows, int64_t hd) {
-    return (size_t)rows * ((size_t)PL_ATT_PIECE * 5 + (size_t)hd * 8 + 8) + 64;
+    return (size_t)rows * ((size_t)PL_ATT_PIECE * 4 + (size_t)hd * 8 + 8) + PL_ATT_PIECE + 64;
 }
 
 static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int64_t g1, char *scratch) {
@@ -374,10 +386,8 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
     uint8_t *newmax = (uint8_t *)(sum + rows);
     const float *qr[PL_ATT_BLOCK_ROWS];
     for (int64_t r = 0; r < rows; r++) {
-        const float *src = (const float *)pl_tensor_row(q, g0 * G + r, t, 0);
-        if (j->f16) pl_cpu_round_f16_avx2(src, Q + r * hd, hd);   /* as pl_att_online_token */
-        else memcpy(Q + r * hd, src, (size_t)hd * sizeof(float));
         qr[r] = Q + r * hd;
+        pl_att_query_row(j, (const float *)pl_tensor_row(q, g0 * G + r, t, 0), Q + r * hd);
         memset(A + r * hd, 0, (size_t)hd * sizeof(float));
         M[r] = -INFINITY;
         sum[r] = 0.0f;
@@ -386,25 +396,7 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
         const int64_t m = n - p0 < PL_ATT_PIECE ? n - p0 : PL_ATT_PIECE;
         pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
                                   PL_ATT_PIECE);
-        for (int64_t r = 0; r < rows; r++) {
-            float *e = S + r * PL_ATT_PIECE;
-            uint8_t *nm = newmax + r * PL_ATT_PIECE;
-            float Mr = M[r];
-            for (int64_t i = 0; i < m; i++) {
-                const float sc = e[i];
-                nm[i] = sc > Mr;
-                if (sc > Mr) { e[i] = Mr - sc; Mr = sc; }
-                else e[i] = sc - Mr;
-            }
-            M[r] = Mr;
-            pl_cpu_vexp_avx2(e, m);
-            float sm = sum[r];
-            for (int64_t i = 0; i < m; i++) {
-                if (nm[i]) { sm = sm * e[i] + 1.0f; e[i] = -e[i]; }   /* sign tag: a new maximum */
-                else sm = sm * 1.0f + e[i];
-            }
-            sum[r] = sm;
-        }
+        for (int64_t r = 0; r < rows; r++) pl_att_scan(j, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
         pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16, hd,
                                  A);
     }
