@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "server.h"
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -19,6 +20,11 @@ static const char *serve_usage =
     "  --api-key K          require 'Authorization: Bearer K' on /v1 routes\n"
     "  --alias NAME         model id reported by the API (default: the file name)\n"
     "  --timeout S          seconds an idle connection is kept open (default 60)\n"
+    "  --request-timeout S  seconds a client has to send a whole request, line, headers and body,\n"
+    "                       however slowly it trickles (default 15; generation time is not counted)\n"
+    "  --max-conns N        open connections in all; more get 503 + Retry-After (default 1024)\n"
+    "  --max-conns-per-ip N open connections from one client address; more get 503 (default 64;\n"
+    "                       0 = no limit: set 0 behind a reverse proxy, where all come from one address)\n"
     "  --metrics            serve Prometheus metrics on GET /metrics\n"
     "routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
     "        POST /tokenize, POST /detokenize, GET /metrics (with --metrics)\n";
@@ -32,6 +38,9 @@ static int cmd_serve(int argc, char **argv) {
     cfg.batch = 512;
     cfg.queue = -1;
     cfg.idle_timeout = 60;
+    cfg.request_timeout = 15;
+    cfg.max_conns = 1024;
+    cfg.max_conns_per_ip = 64;
     const char *v;
     bool bad = false;
     long long x;
@@ -60,6 +69,9 @@ static int cmd_serve(int argc, char **argv) {
         INT_OPT("--threads", 0, 1024, threads)
         INT_OPT("-t", 0, 1024, threads)
         INT_OPT("--timeout", 1, 86400, idle_timeout)
+        INT_OPT("--request-timeout", 1, 86400, request_timeout)
+        INT_OPT("--max-conns", 1, 1 << 16, max_conns)
+        INT_OPT("--max-conns-per-ip", 0, 1 << 16, max_conns_per_ip)
 #undef INT_OPT
         else return pl_cli_error("serve: unknown option '%s' (see 'pocketllm serve --help')", a);
     }
@@ -67,6 +79,23 @@ static int cmd_serve(int argc, char **argv) {
     if (!cfg.model_path) return pl_cli_error("serve: --model is required");
     if (pl_cli_check_device("serve", cfg.device)) return 1;   /* before listening: nothing to serve */
     if (cfg.queue < 0) cfg.queue = 4 * cfg.parallel;
+    /* Each connection is a socket (and a thread): raise the soft descriptor
+     * limit toward the hard one, and allow no more connections than fit. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        rlim_t want = (rlim_t)cfg.max_conns + 64 + 64; /* MHD's hard ceiling, plus model and log files */
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > want ? want : rl.rlim_max;
+            setrlimit(RLIMIT_NOFILE, &rl);
+            getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+            int fit = (int)rl.rlim_cur - 128;
+            fprintf(stderr, "pocketllm: serve: open-file limit %llu: --max-conns lowered from %d to %d\n",
+                    (unsigned long long)rl.rlim_cur, cfg.max_conns, fit > 1 ? fit : 1);
+            cfg.max_conns = fit > 1 ? fit : 1;
+        }
+    }
 
     /* Signals: handled by sigwait in this thread only; every thread created
      * from here on inherits the mask. A vanished client must not kill us. */

@@ -44,6 +44,14 @@ typedef struct pl_srv_config {
     int queue;               /* requests that may wait for a slot */
     int idle_timeout;        /* seconds an idle keep-alive connection is kept */
     bool metrics;
+    /* Slow-client defences (server_http.c): a request's line, headers and
+     * body must arrive within request_timeout seconds of the connection (or
+     * of the request line, on a kept-alive one) however they trickle;
+     * connections beyond max_conns in all or max_conns_per_ip from one
+     * address (0 = no per-address limit) get a 503 with Retry-After. */
+    int request_timeout;
+    int max_conns;
+    int max_conns_per_ip;
 } pl_srv_config;
 
 /* An API error in OpenAI's shape. */
@@ -158,6 +166,7 @@ typedef struct pl_srv {
 
     struct MHD_Daemon *daemon;
     int bound_port;
+    void *http_impl;             /* connection registry and watchdog (server_http.c) */
 } pl_srv;
 
 /* server_sched.c */

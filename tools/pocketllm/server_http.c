@@ -5,12 +5,58 @@
  * content reader. Both waits are timed so that they can also watch the socket:
  * a client that hangs up cancels its request at once (the scheduler frees the
  * slots at its next step) instead of when the next write fails.
+ *
+ * Slow clients and connection limits: what libmicrohttpd 0.9.75 offers, and
+ * what we use.
+ *   - MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: every byte received
+ *     restarts it, so a client trickling one byte per second holds its
+ *     connection (and, here, a thread) forever. MHD has no whole-request
+ *     deadline. We keep it as the idle timeout (--timeout).
+ *   - MHD_OPTION_CONNECTION_LIMIT and MHD_OPTION_PER_IP_CONNECTION_LIMIT, and
+ *     the accept policy callback, can only accept-and-close: the client gets
+ *     no answer at all. We keep MHD's total limit as a hard ceiling above
+ *     ours (max_conns + 64) and do not use its per-IP limit.
+ *   - MHD_OPTION_NOTIFY_CONNECTION (STARTED/CLOSED, with a socket context)
+ *     plus MHD_get_connection_info (CONNECTION_FD, CLIENT_ADDRESS) let us keep
+ *     our own registry of live connections, and MHD_OPTION_URI_LOG_CALLBACK
+ *     tells us when a request line has arrived.
+ *   - Thread models: thread-per-connection (used: handlers block while they
+ *     wait for generation) or an internal poll/epoll thread pool
+ *     (MHD_OPTION_THREAD_POOL_SIZE) with suspend/resume, which would make
+ *     slow sockets cheap but needs every handler rewritten non-blocking. One
+ *     thread per connection with a 1 MiB stack is affordable at the ~1000
+ *     connections we allow, so we keep it.
+ *   - MHD_OPTION_LISTEN_BACKLOG_SIZE: the kernel default (SOMAXCONN) is fine.
+ *   - MHD_OPTION_STRICT_FOR_CLIENT=1 makes MHD refuse HTTP/1.1 requests
+ *     without Host and spaces in the URL; see "framing" below for what it does
+ *     not cover.
+ * What we do:
+ *   - Deadlines: a connection must deliver its request line, headers and
+ *     body within request_timeout seconds of connecting; on a kept-alive
+ *     connection the next request must arrive whole within idle_timeout of
+ *     the last response and within request_timeout of its request line. A
+ *     watchdog thread shutdown()s the socket of any connection past its
+ *     deadline (MHD then closes it). No deadline runs while a request is
+ *     worked on or its response (a stream) is sent.
+ *   - Limits: a connection beyond max_conns in all, or beyond
+ *     max_conns_per_ip from its address, is still served by MHD, but its
+ *     request is answered 503 with Retry-After and the connection closed; it
+ *     gets only a short deadline (OVER_GRACE_S) to send that request.
+ *   - Framing: MHD frames bodies itself, so anything a proxy in front might
+ *     read differently is refused with 400 and the connection closed:
+ *     conflicting Content-Length headers, Content-Length with
+ *     Transfer-Encoding, a Transfer-Encoding other than one "chunked".
+ *     A Content-Length above the body limit is answered 413 at once.
+ *     Bare-LF line ends and obsolete header folding cannot be seen from the
+ *     API (MHD normalizes them before we get the headers); see
+ *     tests/server/test_http_hygiene.py for what MHD does with them.
  */
 #include "server.h"
 #include <errno.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,14 +64,40 @@
 #include <sys/socket.h>
 #include <time.h>
 
+/* A connection beyond a limit gets this long to send the request that we
+ * answer with 503: enough for any client that is not trickling. */
+#define OVER_GRACE_S 3.0
+
 typedef struct conn_ctx {
     pl_srv_buf body;
     bool too_large;
     double t0;
     unsigned status;
     bool streamed;
-    char line[160];          /* "METHOD /path" for the access log */
+    bool close;              /* the response says Connection: close */
+    char line[272];          /* "METHOD /path" for the access log, escaped */
 } conn_ctx;
+
+/* One TCP connection, from MHD's STARTED to its CLOSED notification. The
+ * watchdog reads it, so every field after `next` is guarded by the
+ * registry's mutex. */
+typedef struct pl_conn {
+    struct pl_conn *prev, *next;
+    int fd;                  /* open until CLOSED (MHD closes it after notifying) */
+    char ip[64];             /* numeric client address: the per-address key */
+    double deadline;         /* pl_srv_now() by which the request must be in; 0 = none */
+    bool over;               /* beyond a connection limit: answer 503 */
+    bool cut;                /* already shut down by the watchdog */
+} pl_conn;
+
+typedef struct http_impl {
+    pthread_mutex_t mu;
+    pl_conn *head;
+    int n;
+    atomic_bool stop;
+    pthread_t watchdog;
+    bool watchdog_running;
+} http_impl;
 
 /* ---- helpers ------------------------------------------------------------------*/
 
@@ -39,6 +111,10 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned status, char
     if (!resp) { free(text); return MHD_NO; }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (status == 503) MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    /* MHD closes the connection after a response that says so: needed when
+     * the body was not read (early answers) or cannot be trusted. */
+    if (cc && cc->close) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
     if (cc) cc->status = status;
@@ -107,6 +183,165 @@ static json_t *load_body(conn_ctx *cc, pl_srv_error *e) {
         return NULL;
     }
     return j;
+}
+
+/* ---- connections: registry, limits, deadlines -----------------------------------*/
+
+static pl_conn *conn_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* when = 0: no deadline. keep_sooner: only move the deadline earlier. */
+static void set_deadline(pl_srv *s, struct MHD_Connection *c, double when, bool keep_sooner) {
+    http_impl *h = s->http_impl;
+    pl_conn *k = conn_of(c);
+    if (!h || !k) return;
+    pthread_mutex_lock(&h->mu);
+    if (!keep_sooner || k->deadline == 0 || when < k->deadline) k->deadline = when;
+    pthread_mutex_unlock(&h->mu);
+}
+
+static bool conn_over(pl_srv *s, struct MHD_Connection *c) {
+    http_impl *h = s->http_impl;
+    pl_conn *k = conn_of(c);
+    if (!h || !k) return false;
+    pthread_mutex_lock(&h->mu);
+    bool over = k->over;
+    pthread_mutex_unlock(&h->mu);
+    return over;
+}
+
+static void client_ip(struct MHD_Connection *c, char *out, size_t cap) {
+    snprintf(out, cap, "?");
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr) return;
+    const struct sockaddr *sa = ci->client_addr;
+    socklen_t len = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    if (getnameinfo(sa, len, out, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0) snprintf(out, cap, "?");
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    pl_srv *s = cls;
+    http_impl *h = s->http_impl;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        pl_conn *k = calloc(1, sizeof *k);
+        if (!k) return; /* unguarded (no deadline, no limit) rather than refused */
+        k->fd = conn_fd(c);
+        client_ip(c, k->ip, sizeof k->ip);
+        pthread_mutex_lock(&h->mu);
+        int same = 0;
+        for (pl_conn *o = h->head; o; o = o->next) same += !strcmp(o->ip, k->ip);
+        k->over = h->n >= s->cfg.max_conns || (s->cfg.max_conns_per_ip > 0 && same >= s->cfg.max_conns_per_ip);
+        k->deadline = pl_srv_now() + (k->over ? OVER_GRACE_S : (double)s->cfg.request_timeout);
+        k->next = h->head;
+        if (h->head) h->head->prev = k;
+        h->head = k;
+        h->n++;
+        pthread_mutex_unlock(&h->mu);
+        *socket_context = k;
+        return;
+    }
+    pl_conn *k = *socket_context;
+    if (!k) return;
+    pthread_mutex_lock(&h->mu);
+    if (k->prev) k->prev->next = k->next;
+    else h->head = k->next;
+    if (k->next) k->next->prev = k->prev;
+    h->n--;
+    pthread_mutex_unlock(&h->mu);
+    free(k);
+    *socket_context = NULL;
+}
+
+/* The request line is in: its headers and body get request_timeout from
+ * now, or less if the connection's deadline is sooner. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    pl_srv *s = cls;
+    (void)uri;
+    set_deadline(s, c, pl_srv_now() + s->cfg.request_timeout, true);
+    return NULL;
+}
+
+/* Shuts down the sockets of connections past their deadline. shutdown(), not
+ * close(): the fd stays MHD's, its thread sees EOF and closes it; the
+ * registry lock keeps the fd from being closed and reused meanwhile. */
+static void *watchdog_main(void *arg) {
+    pl_srv *s = arg;
+    http_impl *h = s->http_impl;
+    while (!atomic_load(&h->stop)) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        double now = pl_srv_now();
+        int cut = 0;
+        pthread_mutex_lock(&h->mu);
+        for (pl_conn *k = h->head; k; k = k->next)
+            if (k->deadline > 0 && now >= k->deadline && !k->cut && k->fd >= 0) {
+                shutdown(k->fd, SHUT_RDWR);
+                k->cut = true;
+                cut++;
+            }
+        int live = h->n;
+        pthread_mutex_unlock(&h->mu);
+        /* One line per sweep, not per connection: under a slow-client flood
+         * the log stays readable. */
+        if (cut)
+            pl_srv_log("closed %d connection%s whose request did not arrive in time (%d open)", cut,
+                       cut == 1 ? "" : "s", live - cut);
+    }
+    return NULL;
+}
+
+/* Client-controlled text for the log: bytes outside printable ASCII (and
+ * the backslash) as \xNN, so that a "%0a" in a URL cannot forge a log line
+ * nor "%1b" reach a terminal. */
+static void log_escape(char *out, size_t cap, const char *in, size_t max_in) {
+    size_t o = 0;
+    for (size_t i = 0; in[i] && i < max_in && o + 5 < cap; i++) {
+        unsigned char ch = (unsigned char)in[i];
+        if (ch >= 0x20 && ch < 0x7f && ch != '\\') out[o++] = (char)ch;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+    }
+    out[o] = 0;
+}
+
+/* ---- request framing ----------------------------------------------------------*/
+
+typedef struct framing {
+    int n_cl, n_te;
+    const char *cl;
+    size_t cl_len;
+    bool cl_conflict, cl_bad, te_bad;
+} framing;
+
+static enum MHD_Result framing_header(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                      const char *value, size_t value_size) {
+    framing *f = cls;
+    (void)kind;
+    if (key_size == 14 && !strncasecmp(key, "Content-Length", 14)) {
+        bool digits = value_size > 0;
+        for (size_t i = 0; i < value_size; i++) digits &= value[i] >= '0' && value[i] <= '9';
+        f->cl_bad |= !digits;
+        if (f->n_cl++ && (value_size != f->cl_len || memcmp(value, f->cl, value_size))) f->cl_conflict = true;
+        f->cl = value;
+        f->cl_len = value_size;
+    } else if (key_size == 17 && !strncasecmp(key, "Transfer-Encoding", 17)) {
+        f->n_te++;
+        f->te_bad |= value_size != 7 || strncasecmp(value, "chunked", 7);
+    }
+    return MHD_YES;
+}
+
+/* NULL: the body's framing is unambiguous. Otherwise why it is not. */
+static const char *framing_error(struct MHD_Connection *c) {
+    framing f = {0};
+    MHD_get_connection_values_n(c, MHD_HEADER_KIND, framing_header, &f);
+    if (f.cl_conflict) return "conflicting Content-Length headers";
+    if (f.cl_bad) return "invalid Content-Length header";
+    if (f.n_te && f.n_cl) return "both Transfer-Encoding and Content-Length";
+    if (f.n_te > 1 || f.te_bad) return "unsupported Transfer-Encoding (only one 'chunked' is accepted)";
+    return NULL;
 }
 
 /* ---- streaming ----------------------------------------------------------------*/
@@ -393,14 +628,20 @@ static enum MHD_Result handle_detokenize(pl_srv *s, struct MHD_Connection *c, co
 static bool authorized(pl_srv *s, struct MHD_Connection *c) {
     const char *key = s->cfg.api_key;
     if (!key || !*key) return true;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return false;
+    const char *h = NULL;
+    size_t n = 0;
+    /* The value's full length, not strlen: "Bearer KEY\0junk" is not KEY. */
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
+                                      strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h, &n) != MHD_YES || !h)
+        return false;
+    if (n < 7 || strncasecmp(h, "Bearer ", 7) != 0) return false;
     h += 7;
-    while (*h == ' ') h++;
-    size_t a = strlen(h), b = strlen(key);
+    n -= 7;
+    while (n && *h == ' ') { h++; n--; }
+    size_t b = strlen(key);
     /* Constant time in the key's content. */
-    unsigned char diff = (unsigned char)(a != b);
-    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(key[i] ^ (i < a ? h[i] : 0));
+    unsigned char diff = (unsigned char)(n != b);
+    for (size_t i = 0; i < b; i++) diff |= (unsigned char)(key[i] ^ (i < n ? h[i] : 0));
     return diff == 0;
 }
 
@@ -459,12 +700,38 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         cc->t0 = pl_srv_now();
-        snprintf(cc->line, sizeof cc->line, "%.16s %.120s", method, url);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > PL_SRV_MAX_BODY) cc->too_large = true;
+        char m[80], u[180];
+        log_escape(m, sizeof m, method, 16);
+        log_escape(u, sizeof u, url, 120);
+        snprintf(cc->line, sizeof cc->line, "%s %s", m, u);
         *con_cls = cc;
-        return MHD_YES;
+        /* Answers before the body: the connection closes after them, so
+         * an unread (or ambiguously framed) body is never taken for the next
+         * request. The request deadline keeps running meanwhile. */
+        const char *why = framing_error(c);
+        tl_cc = cc;
+        cc->close = true;
+        enum MHD_Result ret = MHD_YES;
+        if (conn_over(s, c)) {
+            ret = fail(c, 503, NULL, "too_many_connections",
+                       "too many open connections (from this address or in all); retry later");
+        } else if (why) {
+            ret = fail(c, 400, NULL, "bad_framing", why);
+        } else {
+            const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+            if (cl && strtoull(cl, NULL, 10) > PL_SRV_MAX_BODY) {
+                cc->too_large = true;
+                char msg[96];
+                snprintf(msg, sizeof msg, "the request body is larger than %u bytes", PL_SRV_MAX_BODY);
+                ret = fail(c, 413, NULL, "request_too_large", msg);
+            } else {
+                cc->close = false;
+            }
+        }
+        tl_cc = NULL;
+        return ret;
     }
+    if (cc->status) { *upload_size = 0; return MHD_YES; } /* answered early; drop the rest */
     if (*upload_size) {
         /* Too large: keep reading (and dropping) so the 413 reaches a client
          * that sends the whole body before it reads the answer. */
@@ -477,6 +744,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    /* The whole request is in: no deadline while it is worked on and answered. */
+    set_deadline(s, c, 0, false);
     tl_cc = cc;
     enum MHD_Result ret = route(s, c, cc, url, method);
     tl_cc = NULL;
@@ -484,8 +753,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)c;
+    pl_srv *s = cls;
+    /* Kept alive: the next request must be in within the idle timeout, however
+     * it trickles (MHD's own idle timer restarts with every byte). */
+    set_deadline(s, c, pl_srv_now() + s->cfg.idle_timeout, false);
     conn_ctx *cc = *con_cls;
     if (!cc) return;
     const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
@@ -512,19 +783,32 @@ int pl_srv_http_start(pl_srv *s) {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    /* Connections beyond what the queue can hold get refused by the kernel
-     * backlog instead of costing a thread each. */
-    unsigned limit = (unsigned)(2 * (s->cfg.parallel + s->cfg.queue) + 64);
+    http_impl *h = calloc(1, sizeof *h);
+    if (!h) { freeaddrinfo(ai); fprintf(stderr, "pocketllm: serve: out of memory\n"); return -1; }
+    pthread_mutex_init(&h->mu, NULL);
+    atomic_init(&h->stop, false);
+    s->http_impl = h;
+    /* Our limits answer 503 (see the top of this file); MHD's, which only
+     * drop, sit above them as a hard ceiling for the time between accept
+     * and our answer. */
+    unsigned hard = (unsigned)s->cfg.max_conns + 64;
     s->daemon = MHD_start_daemon(flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, limit, MHD_OPTION_CONNECTION_TIMEOUT,
+                                 ai->ai_addr, MHD_OPTION_CONNECTION_LIMIT, hard, MHD_OPTION_CONNECTION_TIMEOUT,
                                  (unsigned)s->cfg.idle_timeout, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20, MHD_OPTION_END);
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_URI_LOG_CALLBACK, on_uri,
+                                 s, MHD_OPTION_STRICT_FOR_CLIENT, 1, MHD_OPTION_THREAD_STACK_SIZE, (size_t)1 << 20,
+                                 MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         fprintf(stderr, "pocketllm: serve: cannot listen on %s:%d (%s)\n", s->cfg.host, s->cfg.port,
                 errno ? strerror(errno) : "libmicrohttpd refused");
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        s->http_impl = NULL;
         return -1;
     }
+    if (pthread_create(&h->watchdog, NULL, watchdog_main, s) == 0) h->watchdog_running = true;
+    else pl_srv_log("warning: no request-deadline watchdog (thread creation failed)");
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
     s->bound_port = di ? di->port : s->cfg.port;
     return 0;
@@ -532,6 +816,14 @@ int pl_srv_http_start(pl_srv *s) {
 
 void pl_srv_http_stop(pl_srv *s) {
     if (!s->daemon) return;
-    MHD_stop_daemon(s->daemon);
+    MHD_stop_daemon(s->daemon); /* every connection is closed (and unregistered) after this */
     s->daemon = NULL;
+    http_impl *h = s->http_impl;
+    if (h->watchdog_running) {
+        atomic_store(&h->stop, true);
+        pthread_join(h->watchdog, NULL);
+    }
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    s->http_impl = NULL;
 }
