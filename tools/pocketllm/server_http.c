@@ -47,9 +47,13 @@
  *     conflicting Content-Length headers, Content-Length with
  *     Transfer-Encoding, a Transfer-Encoding other than one "chunked".
  *     A Content-Length above the body limit is answered 413 at once.
- *     Bare-LF line ends and obsolete header folding cannot be seen from the
- *     API (MHD normalizes them before we get the headers); see
- *     tests/server/test_http_hygiene.py for what MHD does with them.
+ *     Not visible through MHD's API, so not refused: bare-LF line ends (MHD
+ *     reads them as CRLF), obsolete folding after a header (MHD joins it to
+ *     that header's value; strict mode refuses only a fold with nothing
+ *     before it) and a NUL inside a header value (MHD cuts the value
+ *     there). A request line MHD cannot parse is closed by MHD without an
+ *     answer; one without a line end is closed at its deadline.
+ *     tests/server/test_http_hygiene.py pins these.
  */
 #include "server.h"
 #include <errno.h>
@@ -630,7 +634,10 @@ static bool authorized(pl_srv *s, struct MHD_Connection *c) {
     if (!key || !*key) return true;
     const char *h = NULL;
     size_t n = 0;
-    /* The value's full length, not strlen: "Bearer KEY\0junk" is not KEY. */
+    /* The value's full length, not strlen, so that "Bearer KEY\0junk" is not
+     * KEY. libmicrohttpd 0.9.75 itself reports strlen as the length (it
+     * stores values as C strings), so there the junk is gone before we look;
+     * this holds wherever MHD keeps the real length. */
     if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION,
                                       strlen(MHD_HTTP_HEADER_AUTHORIZATION), &h, &n) != MHD_YES || !h)
         return false;
