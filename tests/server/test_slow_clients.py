@@ -18,7 +18,7 @@ import requests
 
 N_TRICKLE = 200
 ATTACK_S = 20.0
-IDLE_N = 40
+IDLE_N = 100
 BODY = {"prompt": "Hello", "max_tokens": 4, "temperature": 0}
 
 
