@@ -264,3 +264,41 @@ def test_bare_lf_and_obs_fold_pinned(srv):
     assert st == 200, out
     st, out, _ = raw(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n  folded\r\nConnection: close\r\n\r\n")
     assert st == 200, out
+
+
+def test_generation_time_is_not_request_time(make_server):
+    """Guard, not a regression test: the request deadline stops once the
+    request is in, so a stream, and a request queued behind it, may outlast
+    it. (Fails if the deadline kept running: checked.)"""
+    import json
+    import threading
+    s = make_server("--request-timeout", "1", "--parallel", "1")
+    body = json.dumps({"prompt": "hi", "max_tokens": 3000, "stream": True}).encode()
+    t0 = time.time()
+    sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    # A second generation queued behind the stream (one slot).
+    body2 = json.dumps({"prompt": "hi", "max_tokens": 4}).encode()
+    queued = []
+    q = threading.Thread(target=lambda: queued.append(raw(
+        s.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (len(body2), body2), timeout=120)))
+    q.start()
+    got = b""
+    closed = False
+    # Read for 2 s (twice the deadline) or to the end of the stream.
+    while time.time() - t0 < 2.0 and b"data: [DONE]" not in got:
+        b = sock.recv(65536)
+        if not b:
+            closed = True
+            break
+        got += b
+    elapsed = time.time() - t0
+    sock.close()  # cancels the rest: the queued request gets the slot
+    q.join()
+    assert not closed, (elapsed, got[-300:])
+    assert got.startswith(b"HTTP/1.1 200") and b"data: " in got
+    st2, out2, _ = queued[0]
+    assert st2 == 200, out2
+    if b"data: [DONE]" in got and elapsed < 1.2:
+        pytest.skip(f"the stream took only {elapsed:.2f} s: too fast to outlast --request-timeout 1")
