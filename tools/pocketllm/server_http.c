@@ -27,9 +27,10 @@
  *     thread per connection with a 1 MiB stack is affordable at the ~1000
  *     connections we allow, so we keep it.
  *   - MHD_OPTION_LISTEN_BACKLOG_SIZE: the kernel default (SOMAXCONN) is fine.
- *   - MHD_OPTION_STRICT_FOR_CLIENT=1 makes MHD refuse HTTP/1.1 requests
- *     without Host and spaces in the URL; see "framing" below for what it does
- *     not cover.
+ *   - MHD_OPTION_STRICT_FOR_CLIENT=1 (used) makes MHD answer 400 to HTTP/1.1
+ *     requests without Host and to a folded line with nothing before it, and
+ *     close a request line with a space in the URL; see "framing" below for
+ *     what it does not cover.
  * What we do:
  *   - Deadlines: a connection must deliver its request line, headers and
  *     body within request_timeout seconds of connecting; on a kept-alive
@@ -39,9 +40,10 @@
  *     deadline (MHD then closes it). No deadline runs while a request is
  *     worked on or its response (a stream) is sent.
  *   - Limits: a connection beyond max_conns in all, or beyond
- *     max_conns_per_ip from its address, is still served by MHD, but its
- *     request is answered 503 with Retry-After and the connection closed; it
- *     gets only a short deadline (OVER_GRACE_S) to send that request.
+ *     max_conns_per_ip from its address, is still accepted by MHD, but its
+ *     request is answered 503 with Retry-After as soon as its headers are in,
+ *     and the connection closed; it gets only a short deadline (OVER_GRACE_S)
+ *     to send those headers. Beyond MHD's ceiling, connections are dropped.
  *   - Framing: MHD frames bodies itself, so anything a proxy in front might
  *     read differently is refused with 400 and the connection closed:
  *     conflicting Content-Length headers, Content-Length with
