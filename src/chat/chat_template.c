@@ -89,8 +89,7 @@ pl_status pl_chat_template_render(const pl_chat_template *t, const json_t *conte
     /* Recursion is bounded by depth and by the C stack actually used, so
      * neither deep templates nor fat stack frames (sanitizer builds) can
      * overflow a thread's stack. */
-    char stack_marker = 0;
-    c.stack_base = &stack_marker;
+    c.stack_base = JT_STACK_HERE();
     c.max_stack = opts && opts->max_stack ? opts->max_stack : (size_t)512 << 10;
     jt_buf buf = {0};
     c.out = &buf;
