@@ -1208,16 +1208,21 @@ static void test_nesting(void) {
     nest_job job = {0};
     nest_sweep(&job);
     printf("nesting sweep: %zu templates, main thread\n", job.done);
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setstacksize(&attr, (size_t)1 << 20);
-    pthread_t th;
-    nest_job job2 = {0};
-    CHECK(pthread_create(&th, &attr, nest_sweep, &job2) == 0, "thread");
-    pthread_join(th, NULL);
-    pthread_attr_destroy(&attr);
-    printf("nesting sweep: %zu templates, 1 MiB thread\n", job2.done);
-    CHECK(job2.done == job.done, "thread sweep incomplete");
+    /* and on threads whose whole stack is smaller than the renderer's
+     * default budget (512 KiB), 128 KiB: the budget shrinks to fit */
+    static const size_t stacks[] = {(size_t)1 << 20, (size_t)128 << 10};
+    for (size_t i = 0; i < 2; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, stacks[i]);
+        pthread_t th;
+        nest_job job2 = {0};
+        CHECK(pthread_create(&th, &attr, nest_sweep, &job2) == 0, "thread");
+        pthread_join(th, NULL);
+        pthread_attr_destroy(&attr);
+        printf("nesting sweep: %zu templates, %zu KiB thread\n", job2.done, stacks[i] >> 10);
+        CHECK(job2.done == job.done, "thread sweep incomplete");
+    }
 }
 
 int main(void) {

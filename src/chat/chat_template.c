@@ -118,7 +118,7 @@ pl_status pl_chat_template_render(const pl_chat_template *t, const json_t *conte
      * neither deep templates nor fat stack frames (sanitizer builds) can
      * overflow a thread's stack. */
     c.stack_base = JT_STACK_HERE();
-    c.max_stack = opts && opts->max_stack ? opts->max_stack : (size_t)512 << 10;
+    c.max_stack = jt_stack_budget(c.stack_base, opts && opts->max_stack ? opts->max_stack : (size_t)512 << 10);
     jt_buf buf = {0};
     c.out = &buf;
     int r = 0;

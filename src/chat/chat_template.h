@@ -44,7 +44,8 @@ typedef struct pl_chat_template_options {
     uint64_t max_iterations;  /* loop iterations in total; 0 = 1,000,000 */
     uint64_t max_steps;       /* evaluated statements/expressions; 0 = 10,000,000 */
     uint64_t max_alloc;       /* bytes allocated in total while rendering; 0 = 512 MiB */
-    size_t max_stack;         /* bytes of C stack the renderer may use; 0 = 512 KiB */
+    size_t max_stack;         /* bytes of C stack the renderer may use; 0 = 512 KiB
+                                 (less when the thread's stack has less room left) */
 } pl_chat_template_options;
 
 pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out);

@@ -51,6 +51,12 @@ typedef struct jt_node jt_node;
 const char *jt_stack_here(void);
 #define JT_STACK_HERE() jt_stack_here()
 #endif
+/* The most C stack a recursion starting at here may use: want, or less
+ * when the thread's stack has less room left below here (a thread created
+ * with a small stack), keeping JT_STACK_MARGIN for the frames that run
+ * between two checks (filters, libc, sanitizer runtime). */
+#define JT_STACK_MARGIN (96 << 10)
+size_t jt_stack_budget(const char *here, size_t want);
 /* Bytes of stack between base and here (the stack grows down everywhere
  * this runs; the absolute difference works either way). */
 static inline size_t jt_stack_span(const char *base, const char *here) {

@@ -9,6 +9,7 @@
  * overflow the C stack or run unbounded. */
 #include "chat/jt.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,37 @@ const char *jt_stack_here(void) {
     return (const char *)&here;
 }
 #endif
+
+/* The lowest address of this thread's stack (glibc; 0 when unknown),
+ * looked up once per thread: pthread_getattr_np reads /proc/self/maps for
+ * the main thread. */
+static uintptr_t stack_low_end(void) {
+#if defined(__GLIBC__)
+    static _Thread_local uintptr_t low;
+    static _Thread_local bool known;
+    if (!known) {
+        pthread_attr_t attr;
+        void *addr = NULL;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0) low = (uintptr_t)addr;
+            pthread_attr_destroy(&attr);
+        }
+        known = true;
+    }
+    return low;
+#else
+    return 0;
+#endif
+}
+
+size_t jt_stack_budget(const char *here, size_t want) {
+    uintptr_t low = stack_low_end(), h = (uintptr_t)here;
+    if (!low || h <= low) return want;
+    size_t room = (size_t)(h - low);
+    size_t usable = room > 2 * JT_STACK_MARGIN ? room - JT_STACK_MARGIN : room / 2;
+    return usable < want ? usable : want;
+}
 
 bool jt_stack_low(const jt_ctx *c) {
     return c->stack_base && jt_stack_span(c->stack_base, JT_STACK_HERE()) > c->max_stack;

@@ -33,6 +33,7 @@ typedef struct parser {
     int depth;
     int loop_depth;
     const char *stack_base;   /* JT_STACK_HERE() of jt_parse */
+    size_t max_stack;         /* JT_MAX_PARSE_STACK, or less on a small thread stack */
 } parser;
 
 typedef struct nvec {
@@ -157,7 +158,7 @@ static bool expect_name_kw(parser *P, const char *kw) {
  * C stack used is bounded: one level is a dozen frames (expression ->
  * condexpr -> or -> ... -> primary), larger in sanitizer builds. */
 static bool enter(parser *P) {
-    if (++P->depth > JT_MAX_PARSE_DEPTH || jt_stack_span(P->stack_base, JT_STACK_HERE()) > JT_MAX_PARSE_STACK) {
+    if (++P->depth > JT_MAX_PARSE_DEPTH || jt_stack_span(P->stack_base, JT_STACK_HERE()) > P->max_stack) {
         fail(P, cur(P), "template nested too deeply (more than %d levels)", JT_MAX_PARSE_DEPTH);
         return false;
     }
@@ -1114,6 +1115,7 @@ jt_node *jt_parse(const jt_token *toks, size_t ntoks, jt_arena *arena, jt_syntax
     P.arena = arena;
     P.err = err;
     P.stack_base = JT_STACK_HERE();
+    P.max_stack = jt_stack_budget(P.stack_base, JT_MAX_PARSE_STACK);
     jt_node *body = subparse(&P, NULL);
     return P.failed ? NULL : body;
 }
