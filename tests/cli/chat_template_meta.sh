@@ -63,6 +63,36 @@ ids "$tmp/nul.gguf" >/dev/null || fail "run --chat nul: $(cat "$tmp/err")"
 grep -q "$msg" "$tmp/err" || fail "run --chat nul does not say why: $(cat "$tmp/err")"
 pass=$((pass + 1))
 
+# pl_model_meta_str (the public accessor; it had a 64 KiB buffer): the whole
+# long value, and for the NUL one no value and a message rather than a
+# shortened one
+lib=$(cd "$(dirname "$BIN")/../lib" 2>/dev/null && pwd)/libpocketllm.so
+if [[ -f "$lib" ]] && ! ldd "$lib" | grep -q libasan; then
+    python3 - "$lib" "$tmp" <<'EOF' || fail "pl_model_meta_str"
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+lib.pl_model_load.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]
+lib.pl_model_meta_str.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+lib.pl_model_meta_str.restype = ctypes.c_char_p
+lib.pl_last_error.restype = ctypes.c_char_p
+lib.pl_model_free.argtypes = [ctypes.c_void_p]
+for name, want in (("big", open(sys.argv[2] + "/big.jinja", "rb").read()), ("nul", None)):
+    m = ctypes.c_void_p()
+    assert lib.pl_model_load((sys.argv[2] + f"/{name}.gguf").encode(), None, ctypes.byref(m)) == 0, lib.pl_last_error()
+    got = lib.pl_model_meta_str(m, b"tokenizer.chat_template")
+    if want is None:
+        assert got is None and b"NUL" in lib.pl_last_error(), (got, lib.pl_last_error())
+    else:
+        assert got == want, (name, len(got or b""), len(want))
+        assert lib.pl_model_meta_str(m, b"general.architecture") == b"qwen3"
+        assert lib.pl_model_meta_str(m, b"tokenizer.chat_template") == want
+    lib.pl_model_free(m)
+EOF
+    pass=$((pass + 1))
+else
+    echo "note: no uninstrumented $lib; pl_model_meta_str not checked here"
+fi
+
 # serve: the long template is used for a chat request; the NUL one refused
 serve_prompt_tokens() {
     "$BIN" serve --model "$1" --host 127.0.0.1 --port 0 --threads 1 >/dev/null 2>"$tmp/srv.log" &
