@@ -84,7 +84,10 @@ PL_API int pl_model_n_threads(const pl_model *model);
 PL_API int32_t pl_model_n_ctx(const pl_model *model);
 PL_API const char *pl_model_arch(const pl_model *model);
 PL_API const char *pl_model_device(const pl_model *model);
-/* A string metadata value of the file, or NULL. */
+/* A string metadata value of the file, NUL-terminated, of any length; valid
+ * until the model is freed. NULL if the key is absent or not a string, and
+ * (with pl_last_error() saying so) if the value contains a NUL byte, which a
+ * C string cannot hold. */
 PL_API const char *pl_model_meta_str(const pl_model *model, const char *key);
 
 /* ---- tokenizer ------------------------------------------------------------*/

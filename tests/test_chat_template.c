@@ -1038,11 +1038,199 @@ static void test_hostile(void) {
     free(out);
 }
 
+/* ------------------------------------------------ nesting at any depth */
+
+/* Every construct that nests (in the grammar, in the AST, in evaluation or
+ * in values) at depths from just past the limits to 100,000: the result is
+ * a clean error (or, for the flat forms, text), never a crash. A stack
+ * overflow kills this program, so the test fails without a bound on every
+ * recursive path. prefix is repeated n times, then core, then suffix n
+ * times. must_fail: the construct cannot succeed at these depths. */
+typedef struct nest_case {
+    const char *name, *head, *prefix, *core, *suffix, *tail;
+    bool must_fail;
+} nest_case;
+
+static const nest_case nest_cases[] = {
+    {"filter chain", "{{ 'x'", "|e", "", "", " }}", true},
+    {"filter chain with args", "{{ 'x'", "|replace('a', 'b')", "", "", " }}", true},
+    {"filter chain, dotted name", "{{ 'x'", "|e|trim", "", "", " }}", true},
+    {"test/filter chain", "{{ 1", " is defined|e", "", "", " }}", true},
+    {"filter in filter args", "{{ 'x'", "|replace('a', 'x'", "", ")", " }}", true},
+    {"not", "{{ ", "not ", "1", "", " }}", true},
+    {"unary minus", "{{ ", "- ", "1", "", " }}", true},
+    {"unary plus", "{{ ", "+", "1", "", " }}", true},
+    {"parentheses", "{{ ", "(", "1", ")", " }}", true},
+    {"lists", "{{ ", "[", "1", "]", " }}", true},
+    {"dicts", "{{ ", "{'a': ", "1", "}", " }}", true},
+    {"tuples", "{{ ", "(1, ", "1", ")", " }}", true},
+    {"subscript in subscript", "{{ x", "[x", "", "]", " }}", true},
+    {"call in call", "{{ ", "range(", "1", ")", " }}", true},
+    {"attribute chain", "{{ x", ".a", "", "", " }}", true},
+    {"subscript chain", "{{ x", "[0]", "", "", " }}", true},
+    {"slice chain", "{{ 'abc'", "[1:]", "", "", " }}", true},
+    {"call chain", "{{ x", "()", "", "", " }}", true},
+    {"method chain", "{{ 'a'", ".upper()", "", "", " }}", true},
+    {"plus chain", "{{ 1", " + 1", "", "", " }}", true},
+    {"minus chain", "{{ 1", " - 1", "", "", " }}", true},
+    {"times chain", "{{ 1", " * 1", "", "", " }}", true},
+    {"power chain", "{{ 1", " ** 1", "", "", " }}", true},
+    {"floordiv chain", "{{ 1", " // 1", "", "", " }}", true},
+    {"modulo chain", "{{ 1", " % 7", "", "", " }}", true},
+    {"and chain", "{{ 1", " and 1", "", "", " }}", true},
+    {"or chain", "{{ 0", " or 0", "", "", " }}", true},
+    {"if chain", "{{ 1", " if 1", "", "", " }}", true},
+    {"else chain", "{{ ", "0 if 0 else ", "1", "", " }}", true},
+    {"concat chain (flat)", "{{ 'a'", " ~ 'a'", "", "", "|length }}", false},
+    {"compare chain (flat)", "{{ 1", " < 2", "", "", " }}", false},
+    {"in chain (flat)", "{{ 1", " in [1]", "", "", " }}", false},
+    {"output list (flat)", "{% print 1", ", 1", "", "", " %}", false},
+    {"nested if", "", "{% if 1 %}", "x", "{% endif %}", "", true},
+    {"nested for", "", "{% for i in [1] %}", "x", "{% endfor %}", "", true},
+    {"nested with", "", "{% with %}", "x", "{% endwith %}", "", true},
+    {"nested filter blocks", "", "{% filter upper %}", "x", "{% endfilter %}", "", true},
+    {"nested set blocks", "", "{% set a %}", "x", "{% endset %}", "", true},
+    {"nested macros", "", "{% macro m() %}", "x", "{% endmacro %}", "", true},
+    {"nested call blocks", "{% macro m() %}{{ caller() }}{% endmacro %}", "{% call m() %}", "x", "{% endcall %}", "", true},
+    {"nested blocks", "", "{% block b %}", "x", "{% endblock %}", "", true},
+    {"nested generation", "", "{% generation %}", "x", "{% endgeneration %}", "", true},
+    {"nested autoescape", "", "{% autoescape false %}", "x", "{% endautoescape %}", "", true},
+    {"set block filter chain", "{% set a", "|e", "", "", " %}x{% endset %}{{ a }}", true},
+    {"filter block chain", "{% filter e", "|e", "", "", " %}x{% endfilter %}", true},
+    {"elif chain (flat)", "{% if 0 %}", "{% elif 0 %}", "", "", "{% else %}x{% endif %}", false},
+    {"statement list (flat)", "", "{% set a = 1 %}", "", "", "x", false},
+};
+
+/* Macro and value recursion, built at run time rather than written out. */
+static const char *const nest_runtime[] = {
+    "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{% macro f(n) %}{{ n|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e|e ~ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+    "{% macro f() %}{% call f() %}x{% endcall %}{% endmacro %}{{ f() }}",
+    "{% macro f() %}{{ caller() }}{% endmacro %}{% macro g() %}{% call f() %}{{ g() }}{% endcall %}{% endmacro %}{{ g() }}",
+    "{% macro f(x) %}{{ [x]|map('string')|join|length ~ f(x ~ 'a') }}{% endmacro %}{{ f('') }}",
+    "{% macro f(x) %}{{ '{}'.format(f) ~ f(x) }}{% endmacro %}{{ f(1) }}",
+    "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l|tojson }}",
+    "{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = {'a': ns.d} %}{% endfor %}{{ ns.d }}",
+    "{% set ns = namespace(v=none) %}{% for i in range(100000) %}{% set ns.v = namespace(v=ns.v) %}{% endfor %}{{ ns.v }}",
+    "{% set ns = namespace(v=none) %}{% for i in range(100000) %}{% set ns.v = namespace(v=ns.v) %}{% endfor %}"
+    "{{ ns.v|tojson }}",
+    "{% set ns = namespace(v=none) %}{% for i in range(100000) %}{% set ns.v = [namespace(v=ns.v)] %}{% endfor %}"
+    "{{ ns.v|string|length }}",
+    "{% set ns = namespace(l=[]) %}{% for i in range(300) %}{% set ns.l = [ns.l] %}{% endfor %}{{ [ns.l, ns.l]|sort }}",
+};
+
+/* Chains of values longer than any depth limit, one link per iteration,
+ * through the two kinds of value whose nesting is not counted (bound
+ * methods, and macros holding their defining scope): they render, and
+ * freeing them must not recurse once per link. */
+static const char *const nest_chains[] = {
+    "{% set ns = namespace(v={}) %}{% for i in range(100000) %}{% set ns.v = {'a': ns.v.get} %}{% endfor %}x",
+    "{% set ns = namespace(v='') %}{% for i in range(100000) %}{% set ns.v = [ns.v.upper] %}{% endfor %}x",
+    "{% set ns = namespace(f=none) %}{% for i in range(100000) %}{% set prev = ns.f %}"
+    "{% macro h() %}{% endmacro %}{% set ns.f = h %}{% endfor %}x",
+};
+
+typedef struct nest_job {
+    size_t done;   /* templates tried (a crash ends the process instead) */
+} nest_job;
+
+static char *nest_text(const nest_case *k, size_t n) {
+    size_t hl = strlen(k->head), pl = strlen(k->prefix), cl = strlen(k->core), sl = strlen(k->suffix),
+           tl = strlen(k->tail);
+    char *s = malloc(hl + n * (pl + sl) + cl + tl + 1), *p = s;
+    if (!s) return NULL;
+    memcpy(p, k->head, hl), p += hl;
+    for (size_t i = 0; i < n; i++) memcpy(p, k->prefix, pl), p += pl;
+    memcpy(p, k->core, cl), p += cl;
+    for (size_t i = 0; i < n; i++) memcpy(p, k->suffix, sl), p += sl;
+    memcpy(p, k->tail, tl + 1);
+    return s;
+}
+
+/* Parses and renders; returns true when either step failed cleanly (an
+ * error message was set), false when it rendered. */
+static bool nest_try(const char *src, const char *name, size_t depth) {
+    static const char ctx[] = "{\"x\": [[[1]]]}";
+    pl_chat_template *t = NULL;
+    pl_status st = pl_chat_template_parse(src, strlen(src), &t);
+    if (st != PL_OK) {
+        CHECK(pl_last_error()[0] != 0, "%s at %zu: parse error without a message", name, depth);
+        return true;
+    }
+    char *out = NULL;
+    size_t n = 0;
+    struct tm now = fixed_now();
+    pl_chat_template_options o = {0};
+    o.now = &now;
+    st = pl_chat_template_render_json(t, ctx, strlen(ctx), &o, &out, &n);
+    pl_chat_template_free(t);
+    free(out);
+    if (st != PL_OK) {
+        CHECK(pl_last_error()[0] != 0, "%s at %zu: render error without a message", name, depth);
+        return true;
+    }
+    return false;
+}
+
+static void *nest_sweep(void *arg) {
+    nest_job *job = arg;
+    static const size_t depths[] = {150, 260, 1100, 5000, 30000, 100000};
+    for (size_t k = 0; k < sizeof nest_cases / sizeof nest_cases[0]; k++) {
+        const nest_case *c = &nest_cases[k];
+        for (size_t d = 0; d < sizeof depths / sizeof depths[0]; d++) {
+            char *src = nest_text(c, depths[d]);
+            if (!src) continue;
+            bool failed = nest_try(src, c->name, depths[d]);
+            /* short chains may render; past the limits they must not */
+            if (c->must_fail && depths[d] >= 1100)
+                CHECK(failed, "%s at depth %zu rendered", c->name, depths[d]);
+            free(src);
+            job->done++;
+        }
+    }
+    for (size_t k = 0; k < sizeof nest_chains / sizeof nest_chains[0]; k++) {
+        pl_status st;
+        char *out = render(nest_chains[k], "{}", &st);
+        CHECK(st == PL_OK && out && !strcmp(out, "x"), "'%.70s': %s", nest_chains[k], out ? out : pl_last_error());
+        free(out);
+        job->done++;
+    }
+    for (size_t k = 0; k < sizeof nest_runtime / sizeof nest_runtime[0]; k++) {
+        CHECK(nest_try(nest_runtime[k], nest_runtime[k], 0), "'%.70s' rendered", nest_runtime[k]);
+        job->done++;
+    }
+    return NULL;
+}
+
+static void test_nesting(void) {
+    /* on the main thread's stack, then on a thread with a 1 MiB stack like
+     * the server's HTTP threads (MHD_OPTION_THREAD_STACK_SIZE) */
+    nest_job job = {0};
+    nest_sweep(&job);
+    printf("nesting sweep: %zu templates, main thread\n", job.done);
+    /* and on threads whose whole stack is smaller than the renderer's
+     * default budget (512 KiB), 128 KiB: the budget shrinks to fit */
+    static const size_t stacks[] = {(size_t)1 << 20, (size_t)128 << 10};
+    for (size_t i = 0; i < 2; i++) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setstacksize(&attr, stacks[i]);
+        pthread_t th;
+        nest_job job2 = {0};
+        CHECK(pthread_create(&th, &attr, nest_sweep, &job2) == 0, "thread");
+        pthread_join(th, NULL);
+        pthread_attr_destroy(&attr);
+        printf("nesting sweep: %zu templates, %zu KiB thread\n", job2.done, stacks[i] >> 10);
+        CHECK(job2.done == job.done, "thread sweep incomplete");
+    }
+}
+
 int main(void) {
     test_fixture_cases();
     test_features();
     test_api();
     test_threads();
     test_hostile();
+    test_nesting();
     return pl_test_summary("test_chat_template");
 }

@@ -2,6 +2,7 @@
 #include "chat/chat_template.h"
 #include "chat/jt.h"
 #include "core/status.h"
+#include "gguf/gguf.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,20 @@ struct pl_chat_template {
 pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out) {
     if (!out || (!text && len)) return pl_errorf(PL_ERR_INVALID_ARG, "chat template: invalid arguments");
     *out = NULL;
+    /* A NUL byte is refused, whatever the template came from: text read as
+     * a C string (pl_model_meta_str, argv, most callers) would end there
+     * while a length-aware reader would not, so the same template would
+     * render differently depending on the path it took. */
+    const char *nul = len ? memchr(text, 0, len) : NULL;
+    if (nul) {
+        int line = 1, col = 1;
+        for (const char *p = text; p < nul; p++) {
+            if (*p == '\n') { line++; col = 1; }
+            else col++;
+        }
+        return pl_errorf(PL_ERR_FORMAT, "chat template syntax error at line %d, column %d: the template contains a NUL byte",
+                         line, col);
+    }
     pl_chat_template *t = calloc(1, sizeof *t);
     if (!t) return pl_errorf(PL_ERR_NO_MEMORY, "chat template: out of memory");
     jt_syntax_error err = {1, 1, PL_ERR_FORMAT, ""};
@@ -30,6 +45,19 @@ pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template 
     }
     *out = t;
     return PL_OK;
+}
+
+pl_status pl_chat_template_from_gguf(const pl_gguf *g, const char **text, size_t *len, pl_chat_template **out) {
+    if (out) *out = NULL;
+    if (!g || !out) return pl_errorf(PL_ERR_INVALID_ARG, "chat template: invalid arguments");
+    pl_gguf_str s;
+    pl_status st = pl_gguf_get_str(g, "tokenizer.chat_template", &s);
+    if (st == PL_ERR_NOT_FOUND)
+        return pl_errorf(st, "%s has no chat template (tokenizer.chat_template)", pl_gguf_name(g));
+    if (st != PL_OK) return st;
+    if (text) *text = s.ptr;
+    if (len) *len = s.len;
+    return pl_chat_template_parse(s.ptr, s.len, out);
 }
 
 void pl_chat_template_free(pl_chat_template *t) {
@@ -89,9 +117,8 @@ pl_status pl_chat_template_render(const pl_chat_template *t, const json_t *conte
     /* Recursion is bounded by depth and by the C stack actually used, so
      * neither deep templates nor fat stack frames (sanitizer builds) can
      * overflow a thread's stack. */
-    char stack_marker = 0;
-    c.stack_base = &stack_marker;
-    c.max_stack = opts && opts->max_stack ? opts->max_stack : (size_t)512 << 10;
+    c.stack_base = JT_STACK_HERE();
+    c.max_stack = jt_stack_budget(c.stack_base, opts && opts->max_stack ? opts->max_stack : (size_t)512 << 10);
     jt_buf buf = {0};
     c.out = &buf;
     int r = 0;

@@ -18,7 +18,8 @@
  *
  * Errors (pl_last_error()):
  *   parse:  PL_ERR_FORMAT "chat template syntax error at line L, column C: ..."
- *           (PL_ERR_UNSUPPORTED for tags such as include/extends)
+ *           (PL_ERR_UNSUPPORTED for tags such as include/extends); a
+ *           template containing a NUL byte is refused this way too
  *   render: PL_ERR_INVALID_ARG; a template's raise_exception("msg") gives
  *           exactly "msg"; anything else "chat template error at line L: ..."
  *           (undefined values used wrongly, type errors, exceeded limits).
@@ -43,11 +44,22 @@ typedef struct pl_chat_template_options {
     uint64_t max_iterations;  /* loop iterations in total; 0 = 1,000,000 */
     uint64_t max_steps;       /* evaluated statements/expressions; 0 = 10,000,000 */
     uint64_t max_alloc;       /* bytes allocated in total while rendering; 0 = 512 MiB */
-    size_t max_stack;         /* bytes of C stack the renderer may use; 0 = 512 KiB */
+    size_t max_stack;         /* bytes of C stack the renderer may use; 0 = 512 KiB
+                                 (less when the thread's stack has less room left) */
 } pl_chat_template_options;
 
 pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out);
 void pl_chat_template_free(pl_chat_template *t);
+
+/* The template of a GGUF file (tokenizer.chat_template), parsed: how every
+ * path that takes the template from a model reads it (run --chat, serve,
+ * chat-template --model, pl_chat_apply_template), so they all see the same
+ * bytes, of any length the GGUF reader accepts. PL_ERR_NOT_FOUND when the
+ * file has none; otherwise pl_chat_template_parse's errors. text/len (may
+ * be NULL) receive the template's bytes, which point into g. */
+struct pl_gguf;
+pl_status pl_chat_template_from_gguf(const struct pl_gguf *g, const char **text, size_t *len,
+                                     pl_chat_template **out);
 
 /* Renders into a malloc'd, NUL-terminated string (free with free()). opts
  * may be NULL. context must be a JSON object (or NULL for no variables). */

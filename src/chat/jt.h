@@ -32,6 +32,7 @@
 /* Hard limits that protect the C stack; the soft limits (output size,
  * iterations, ...) are per render, see pl_chat_template_options. */
 #define JT_MAX_PARSE_DEPTH 200   /* nesting of statements + parenthesised expressions */
+#define JT_MAX_PARSE_STACK (256 << 10)   /* bytes of C stack the parser may use */
 #define JT_MAX_EVAL_DEPTH 1000   /* evaluator recursion (~5 levels per macro call) */
 #define JT_MAX_VALUE_DEPTH 256   /* nesting of lists/dicts */
 #define JT_MAX_BRACKETS 256      /* open brackets inside one tag */
@@ -39,6 +40,29 @@
 
 typedef struct jt_ctx jt_ctx;
 typedef struct jt_node jt_node;
+
+/* An address in the current C stack frame, for measuring how much stack a
+ * recursion has used. The frame address, not a local's: under ASan's
+ * detect_stack_use_after_return locals live in a heap "fake stack", and
+ * their addresses say nothing about the real stack. */
+#if defined(__GNUC__)
+#define JT_STACK_HERE() ((const char *)__builtin_frame_address(0))
+#else
+const char *jt_stack_here(void);
+#define JT_STACK_HERE() jt_stack_here()
+#endif
+/* The most C stack a recursion starting at here may use: want, or less
+ * when the thread's stack has less room left below here (a thread created
+ * with a small stack), keeping JT_STACK_MARGIN for the frames that run
+ * between two checks (filters, libc, sanitizer runtime). */
+#define JT_STACK_MARGIN (96 << 10)
+size_t jt_stack_budget(const char *here, size_t want);
+/* Bytes of stack between base and here (the stack grows down everywhere
+ * this runs; the absolute difference works either way). */
+static inline size_t jt_stack_span(const char *base, const char *here) {
+    uintptr_t a = (uintptr_t)here, b = (uintptr_t)base;
+    return a < b ? (size_t)(b - a) : (size_t)(a - b);
+}
 
 /* ------------------------------------------------------------------ values */
 
@@ -342,7 +366,7 @@ struct jt_ctx {
     uint64_t max_iterations, max_steps, max_alloc;
     uint64_t iterations, steps, allocated;
     int depth;
-    const char *stack_base;   /* address of a local of the render's entry point */
+    const char *stack_base;   /* JT_STACK_HERE() of the render's entry point */
     size_t max_stack;         /* C stack the evaluator may use below it */
     struct tm now;
     jt_buf *out;
@@ -359,6 +383,11 @@ struct jt_ctx {
 
 void jt_frame_release(jt_frame *f);
 void jt_frame_clear(jt_frame *f);
+
+/* Whether the render has used up its C stack (c->max_stack below the
+ * render's entry). Every recursion checks it besides its depth limit, so
+ * fat frames (sanitizer builds) or a small thread stack cannot overflow. */
+bool jt_stack_low(const jt_ctx *c);
 
 int jt_err(jt_ctx *c, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -9,6 +9,7 @@
  * overflow the C stack or run unbounded. */
 #include "chat/jt.h"
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,19 +18,53 @@ enum { EXEC_OK = 0, EXEC_BREAK = 1, EXEC_CONTINUE = 2, EXEC_ERR = -1 };
 
 static int exec_body(jt_ctx *c, const jt_node *body);
 
-/* Bytes of C stack used since the render started (the stack grows down on
- * every platform this runs on; the absolute difference works either way). */
-static size_t stack_used(const jt_ctx *c) {
-    char here;
-    uintptr_t a = (uintptr_t)&here, b = (uintptr_t)c->stack_base;
-    return a < b ? (size_t)(b - a) : (size_t)(a - b);
+#if !defined(__GNUC__)
+const char *jt_stack_here(void) {
+    volatile char here = 0;
+    return (const char *)&here;
+}
+#endif
+
+/* The lowest address of this thread's stack (glibc; 0 when unknown),
+ * looked up once per thread: pthread_getattr_np reads /proc/self/maps for
+ * the main thread. */
+static uintptr_t stack_low_end(void) {
+#if defined(__GLIBC__)
+    static _Thread_local uintptr_t low;
+    static _Thread_local bool known;
+    if (!known) {
+        pthread_attr_t attr;
+        void *addr = NULL;
+        size_t size = 0;
+        if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+            if (pthread_attr_getstack(&attr, &addr, &size) == 0) low = (uintptr_t)addr;
+            pthread_attr_destroy(&attr);
+        }
+        known = true;
+    }
+    return low;
+#else
+    return 0;
+#endif
+}
+
+size_t jt_stack_budget(const char *here, size_t want) {
+    uintptr_t low = stack_low_end(), h = (uintptr_t)here;
+    if (!low || h <= low) return want;
+    size_t room = (size_t)(h - low);
+    size_t usable = room > 2 * JT_STACK_MARGIN ? room - JT_STACK_MARGIN : room / 2;
+    return usable < want ? usable : want;
+}
+
+bool jt_stack_low(const jt_ctx *c) {
+    return c->stack_base && jt_stack_span(c->stack_base, JT_STACK_HERE()) > c->max_stack;
 }
 
 static int enter(jt_ctx *c, const jt_node *n) {
     c->line = n->line;
     if (++c->steps > c->max_steps)
         return jt_err(c, "template evaluation exceeded the limit of %llu steps", (unsigned long long)c->max_steps);
-    if (++c->depth > JT_MAX_EVAL_DEPTH || (c->stack_base && stack_used(c) > c->max_stack)) {
+    if (++c->depth > JT_MAX_EVAL_DEPTH || jt_stack_low(c)) {
         c->depth--;
         return jt_err(c, "template recursion too deep (more than %d levels or %zu bytes of stack)", JT_MAX_EVAL_DEPTH,
                       c->max_stack);
@@ -797,12 +832,19 @@ static int eval_call(jt_ctx *c, const jt_node *n, jt_val *extra_caller, jt_val *
     return r;
 }
 
-/* A filter chain; the innermost filter of a block filter takes *input. */
+/* A filter chain; the innermost filter of a block filter takes *input.
+ * x|f|g|... is a tree as deep as the chain is long (the parser builds it
+ * with a loop, so no parse depth limit applies): each link is one level of
+ * recursion here and is counted like any other. */
 static int eval_filter(jt_ctx *c, const jt_node *n, const jt_val *input, jt_val *out) {
     jt_val in;
     if (!n->a) in = input ? jt_ref(*input) : jt_undef(NULL, 2);
-    else if (n->a->kind == JT_N_FILTER) { if (eval_filter(c, n->a, input, &in)) return -1; }
-    else if (jt_eval(c, n->a, &in)) return -1;
+    else if (n->a->kind == JT_N_FILTER) {
+        if (enter(c, n->a)) return -1;
+        int r = eval_filter(c, n->a, input, &in);
+        c->depth--;
+        if (r) return -1;
+    } else if (jt_eval(c, n->a, &in)) return -1;
     jt_args a;
     if (eval_args(c, n->args, &a)) { jt_decref(in); return -1; }
     c->line = n->line;

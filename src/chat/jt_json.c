@@ -12,7 +12,8 @@
 #include <string.h>
 
 int jt_from_json(jt_ctx *c, const json_t *j, jt_val *out, int depth) {
-    if (depth > JT_MAX_VALUE_DEPTH) return jt_err(c, "input nested more than %d levels deep", JT_MAX_VALUE_DEPTH);
+    if (depth > JT_MAX_VALUE_DEPTH || jt_stack_low(c))
+        return jt_err(c, "input nested more than %d levels deep", JT_MAX_VALUE_DEPTH);
     switch (json_typeof(j)) {
     case JSON_OBJECT: {
         if (jt_new_dict(c, out)) return -1;
@@ -146,7 +147,7 @@ static int cmp_keys(const void *x, const void *y) {
 }
 
 int jt_put_json(jt_ctx *c, jt_buf *b, jt_val v, const jt_json_opts *o, int level) {
-    if (level > JT_MAX_VALUE_DEPTH + 8) return jt_err(c, "value nested too deeply for tojson");
+    if (level > JT_MAX_VALUE_DEPTH + 8 || jt_stack_low(c)) return jt_err(c, "value nested too deeply for tojson");
     switch (v.t) {
     case JT_NONE: return jt_buf_puts(c, b, "null");
     case JT_BOOL: return jt_buf_puts(c, b, v.u.b ? "true" : "false");

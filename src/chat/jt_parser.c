@@ -32,6 +32,8 @@ typedef struct parser {
     bool failed;
     int depth;
     int loop_depth;
+    const char *stack_base;   /* JT_STACK_HERE() of jt_parse */
+    size_t max_stack;         /* JT_MAX_PARSE_STACK, or less on a small thread stack */
 } parser;
 
 typedef struct nvec {
@@ -150,8 +152,13 @@ static bool expect_name_kw(parser *P, const char *kw) {
     return false;
 }
 
+/* Every recursion of the parser passes here (statements, parenthesised and
+ * bracketed expressions, call arguments, unary operators, else branches);
+ * chains (x|f|g, a.b.c, 1+2+3) are parsed by loops. Besides the depth, the
+ * C stack used is bounded: one level is a dozen frames (expression ->
+ * condexpr -> or -> ... -> primary), larger in sanitizer builds. */
 static bool enter(parser *P) {
-    if (++P->depth > JT_MAX_PARSE_DEPTH) {
+    if (++P->depth > JT_MAX_PARSE_DEPTH || jt_stack_span(P->stack_base, JT_STACK_HERE()) > P->max_stack) {
         fail(P, cur(P), "template nested too deeply (more than %d levels)", JT_MAX_PARSE_DEPTH);
         return false;
     }
@@ -1107,6 +1114,8 @@ jt_node *jt_parse(const jt_token *toks, size_t ntoks, jt_arena *arena, jt_syntax
     P.n = ntoks;
     P.arena = arena;
     P.err = err;
+    P.stack_base = JT_STACK_HERE();
+    P.max_stack = jt_stack_budget(P.stack_base, JT_MAX_PARSE_STACK);
     jt_node *body = subparse(&P, NULL);
     return P.failed ? NULL : body;
 }

@@ -58,12 +58,53 @@ void jt_incref(jt_val v) {
     if (jt_is_heap(v) && v.t != JT_NS && v.u.h->rc >= 0) v.u.h->rc++;
 }
 
+/* Values that died while another value was being freed. Freeing is not
+ * recursive: a chain of values can be longer than any depth limit (a dict
+ * holding a bound method of a dict holding ..., a macro whose scope holds
+ * the previous macro, built one link per loop iteration), so the outermost
+ * jt_decref frees dead values from this list until it is empty. Per thread,
+ * as renders run on several threads at once. */
+static _Thread_local struct {
+    jt_val *v;
+    size_t n, cap;
+    bool draining;
+    jt_val small[64];
+} dead;
+
+static bool dead_push(jt_val v) {
+    if (!dead.v) {
+        dead.v = dead.small;
+        dead.cap = sizeof dead.small / sizeof dead.small[0];
+    }
+    if (dead.n == dead.cap) {
+        size_t nc = dead.cap * 2;
+        jt_val *nv = dead.v == dead.small ? malloc(nc * sizeof *nv) : realloc(dead.v, nc * sizeof *nv);
+        if (!nv) return false;
+        if (dead.v == dead.small) memcpy(nv, dead.small, sizeof dead.small);
+        dead.v = nv;
+        dead.cap = nc;
+    }
+    dead.v[dead.n++] = v;
+    return true;
+}
+
 void jt_decref(jt_val v) {
     if (!jt_is_heap(v) || v.t == JT_NS) return;   /* namespaces: owned by the render */
     jt_hdr *h = v.u.h;
     if (h->rc < 0) return;                        /* immortal (AST constants) */
     if (--h->rc > 0) return;
+    if (dead.draining) {
+        /* out of memory for the list: free it here, recursing (the one case) */
+        if (!dead_push(v)) free_heap(v);
+        return;
+    }
+    dead.draining = true;
     free_heap(v);
+    while (dead.n) free_heap(dead.v[--dead.n]);
+    if (dead.v != dead.small) free(dead.v);
+    dead.v = NULL;
+    dead.cap = 0;
+    dead.draining = false;
 }
 
 static void free_heap(jt_val v) {
@@ -460,6 +501,7 @@ int jt_compare(jt_ctx *c, jt_val a, jt_val b, const char *op, int *res) {
         return 0;
     }
     if (a.t == b.t && jt_is_seq(a)) {
+        if (jt_stack_low(c)) return jt_err(c, "values nested too deeply to compare");
         jt_list *x = a.u.l, *y = b.u.l;
         for (size_t i = 0; i < x->n && i < y->n; i++) {
             if (jt_equal(x->v[i], y->v[i])) continue;
@@ -596,7 +638,7 @@ static int put_str_repr(jt_ctx *c, jt_buf *b, const jt_str *s) {
 }
 
 int jt_put_repr(jt_ctx *c, jt_buf *b, jt_val v, int depth) {
-    if (depth > JT_MAX_VALUE_DEPTH + 8)
+    if (depth > JT_MAX_VALUE_DEPTH + 8 || jt_stack_low(c))
         return jt_err(c, "value nested more than %d levels deep", JT_MAX_VALUE_DEPTH);
     char num[40];
     switch (v.t) {

@@ -20,17 +20,6 @@ PL_API pl_status pl_chat_apply_template(const pl_model *m, const char *template_
     *text = NULL;
     *len = 0;
     if (!m || !context_json) return pl_errorf(PL_ERR_INVALID_ARG, "bad arguments");
-    const char *tt = template_text;
-    size_t tlen = tt ? strlen(tt) : 0;
-    if (!tt) {
-        pl_gguf_str s;
-        pl_status st = pl_gguf_get_str(m->gguf, "tokenizer.chat_template", &s);
-        if (st == PL_ERR_NOT_FOUND)
-            return pl_errorf(PL_ERR_NOT_FOUND, "%s has no chat template (tokenizer.chat_template)", m->file_name);
-        PL_TRY(st);
-        tt = s.ptr;
-        tlen = s.len;
-    }
     json_error_t jerr;
     json_t *ctx = json_loads(context_json, JSON_REJECT_DUPLICATES, &jerr);
     if (!ctx || !json_is_object(ctx)) {
@@ -40,7 +29,11 @@ PL_API pl_status pl_chat_apply_template(const pl_model *m, const char *template_
     default_token(ctx, "bos_token", m->vocab, pl_vocab_bos(m->vocab));
     default_token(ctx, "eos_token", m->vocab, pl_vocab_eos(m->vocab));
     pl_chat_template *t = NULL;
-    pl_status st = pl_chat_template_parse(tt, tlen, &t);
+    /* the file's template is read the way run --chat and serve read it */
+    pl_status st = template_text ? pl_chat_template_parse(template_text, strlen(template_text), &t)
+                                 : pl_chat_template_from_gguf(m->gguf, NULL, NULL, &t);
+    if (st == PL_ERR_NOT_FOUND && !template_text)
+        st = pl_errorf(PL_ERR_NOT_FOUND, "%s has no chat template (tokenizer.chat_template)", m->file_name);
     if (st == PL_OK) st = pl_chat_template_render(t, ctx, NULL, text, len);
     pl_chat_template_free(t);
     json_decref(ctx);

@@ -9,11 +9,23 @@
 #include "core/threadpool.h"
 #include "quant/quant.h"
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+/* Strings in the mapping are not NUL-terminated, so pl_model_meta_str hands
+ * out a copy that lives as long as the model: one per key, made on first
+ * use, whatever its length (the GGUF reader already limits strings to
+ * 1 GiB). Readers on several threads may race to add the same key; the
+ * loser's copy is kept on the list too and freed with the model. */
+typedef struct pl_meta_copy {
+    struct pl_meta_copy *next;
+    char *key;
+    char text[];
+} pl_meta_copy;
 
 PL_API pl_model_params pl_model_default_params(void) {
     pl_model_params p = {0};
@@ -456,6 +468,10 @@ PL_API void pl_model_free(pl_model *m) {
     free(m->weights);
     free(m->weight_used);
     pl_vocab_free(m->vocab);
+    for (pl_meta_copy *c = atomic_load(&m->meta_copies), *next; c; c = next) {
+        next = c->next;
+        free(c);
+    }
     pl_gguf_close(m->gguf);
     free(m->path);
     free(m);
@@ -470,12 +486,37 @@ PL_API int32_t pl_model_n_ctx(const pl_model *m) { return m->n_ctx; }
 PL_API const char *pl_model_arch(const pl_model *m) { return m->arch_name; }
 PL_API const char *pl_model_device(const pl_model *m) { return m->backend ? m->backend->name : ""; }
 
+
+static const char *meta_copy_find(pl_meta_copy *c, const char *key) {
+    for (; c; c = c->next)
+        if (!strcmp(c->key, key)) return c->text;
+    return NULL;
+}
+
 PL_API const char *pl_model_meta_str(const pl_model *m, const char *key) {
-    /* Strings in the mapping are not NUL-terminated; keep a small cache. */
-    static _Thread_local char buf[65536];
+    if (!m || !key) return NULL;
     pl_gguf_str s;
-    if (pl_gguf_get_str(m->gguf, key, &s) != PL_OK || s.len >= sizeof buf) return NULL;
-    memcpy(buf, s.ptr, s.len);
-    buf[s.len] = 0;
-    return buf;
+    if (pl_gguf_get_str(m->gguf, key, &s) != PL_OK) return NULL;
+    /* A C string cannot hold a NUL byte: rather than a silently shortened
+     * value, none (the length-aware reader is pl_inspect_meta_str). */
+    if (memchr(s.ptr, 0, s.len)) {
+        pl_errorf(PL_ERR_FORMAT, "%s: metadata string %s contains a NUL byte", m->file_name, key);
+        return NULL;
+    }
+    pl_model *mm = (pl_model *)m;   /* the cache is not part of the model's value */
+    const char *hit = meta_copy_find(atomic_load(&mm->meta_copies), key);
+    if (hit) return hit;
+    size_t kl = strlen(key);
+    pl_meta_copy *c = malloc(sizeof *c + s.len + 1 + kl + 1);
+    if (!c) {
+        pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+        return NULL;
+    }
+    memcpy(c->text, s.ptr, s.len);
+    c->text[s.len] = 0;
+    c->key = c->text + s.len + 1;
+    memcpy(c->key, key, kl + 1);
+    c->next = atomic_load(&mm->meta_copies);
+    while (!atomic_compare_exchange_weak(&mm->meta_copies, &c->next, c)) {}
+    return c->text;
 }

@@ -65,6 +65,10 @@ struct pl_model {
     void *inputs_dev;                /* 4 x n_batch int32: ids, pos, seq, out */
     bool *slot_used;
     pl_memory_plan plan;
+    /* NUL-terminated copies of string metadata handed out by
+     * pl_model_meta_str (a list, prepended to atomically; freed with the
+     * model). */
+    struct pl_meta_copy *_Atomic meta_copies;
 };
 
 /* Plans g's model for params exactly as pl_model_load does (the same weight,

@@ -57,6 +57,9 @@ static int chat_init(chat *c, const pl_model *m, const pl_chat_opts *o) {
     if (!o->model_path || pl_gguf_open(o->model_path, &g) != PL_OK) g = NULL;
     token_text(m, g, "tokenizer.ggml.bos_token_id", c->bos, sizeof c->bos);
     token_text(m, g, "tokenizer.ggml.eos_token_id", c->eos, sizeof c->eos);
+    /* The template as chat-template --model and serve read it: all of its
+     * bytes, any length (a template with a NUL byte is refused). */
+    pl_status tst = g ? pl_chat_template_from_gguf(g, NULL, NULL, &c->tpl) : PL_ERR_NOT_FOUND;
     pl_gguf_close(g);
     /* Whether the tokenizer adds a BOS: tokenizing "" as the file says. */
     int32_t *ids = NULL;
@@ -66,10 +69,9 @@ static int chat_init(chat *c, const pl_model *m, const pl_chat_opts *o) {
         c->bos_id = ids[0];
     }
     pl_free(ids);
-    const char *t = pl_model_meta_str(m, "tokenizer.chat_template");
-    if (!t) {
+    if (tst == PL_ERR_NOT_FOUND) {
         fprintf(stderr, "note: the model has no chat template; using ChatML\n");
-    } else if (pl_chat_template_parse(t, strlen(t), &c->tpl) != PL_OK) {
+    } else if (tst != PL_OK) {
         fprintf(stderr, "warning: cannot use the model's chat template (%s); using ChatML\n", pl_last_error());
         c->tpl = NULL;
     }

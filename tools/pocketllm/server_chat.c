@@ -160,24 +160,33 @@ static void token_text(pl_srv *s, const pl_gguf *g, const char *key, char *out, 
 }
 
 pl_status pl_srv_chat_init(pl_srv *s) {
-    const char *t = pl_model_meta_str(s->model, "tokenizer.chat_template");
-    if (t) {
-        s->chat_template = strdup(t);
-        if (!s->chat_template) return PL_ERR_NO_MEMORY;
-    }
     /* bos_token / eos_token for the template context: read the ids from the
      * file's metadata (the public API has no accessor for them). */
     pl_gguf *g = NULL;
     if (pl_gguf_open(s->cfg.model_path, &g) != PL_OK) g = NULL;
     token_text(s, g, "tokenizer.ggml.bos_token_id", s->bos_text, sizeof s->bos_text);
     token_text(s, g, "tokenizer.ggml.eos_token_id", s->eos_text, sizeof s->eos_text);
+    /* The template as chat-template --model and run --chat read it: all of
+     * its bytes, any length (a template with a NUL byte is refused). */
+    const char *t = NULL;
+    size_t tlen = 0;
+    pl_chat_template *ct = NULL;
+    pl_status tst = g ? pl_chat_template_from_gguf(g, &t, &tlen, &ct) : PL_ERR_NOT_FOUND;
+    if (t && !(s->chat_template = malloc(tlen + 1))) {
+        pl_chat_template_free(ct);
+        pl_gguf_close(g);
+        return PL_ERR_NO_MEMORY;
+    }
+    if (t) {
+        memcpy(s->chat_template, t, tlen);
+        s->chat_template[tlen] = 0;
+    }
     pl_gguf_close(g);
-    if (s->chat_template) {
-        pl_chat_template *ct = NULL;
-        if (pl_chat_template_parse(s->chat_template, strlen(s->chat_template), &ct) == PL_OK) s->chat_impl = ct;
-        else pl_srv_log("warning: cannot use the model's chat template (%s); prompts are rendered as ChatML",
-                        pl_last_error());
-    } else {
+    s->chat_impl = ct;
+    if (tst != PL_OK && tst != PL_ERR_NOT_FOUND) {
+        pl_srv_log("warning: cannot use the model's chat template (%s); prompts are rendered as ChatML",
+                   pl_last_error());
+    } else if (tst == PL_ERR_NOT_FOUND) {
         pl_srv_log("the model has no chat template; prompts are rendered as ChatML");
     }
     return PL_OK;
