@@ -92,5 +92,51 @@ done
 # ---- the package at work -----------------------------------------------------------
 (cd "$tmp" && run_hidden "$tmp/venv/bin/python" "$root/tests/wheel/check_installed.py" "$fix") || fail=1
 
+# ---- the [cuda] extra, when its wheel was built (scripts/build-wheel.sh --cuda) --------
+cuda_wheels=("$dist"/pocketllm_cuda-*-manylinux_*_x86_64.whl)
+if ((${#cuda_wheels[@]} == 0)); then
+  echo "skip [cuda] extra: no pocketllm_cuda wheel in $dist (scripts/build-wheel.sh --cuda builds it; needs nvcc)"
+else
+  cwhl="${cuda_wheels[0]}"
+  echo "check-wheel: $(basename "$cwhl") ($(du -k "$cwhl" | cut -f1) KiB)"
+  if [ -x "$aw" ] && "$aw" show "$cwhl" 2>&1 | tr '\n' ' ' | grep -q 'platform tag: *"manylinux_'; then
+    ok "auditwheel show: the cuda wheel has a manylinux tag"
+  else
+    bad "the cuda wheel has no manylinux tag"
+  fi
+  # The extra resolves to the local file (numpy is already installed).
+  if (cd "$tmp" && run_hidden "$tmp/venv/bin/pip" install -q --no-index --find-links "$dist" "pocketllm[cuda]"); then
+    ok "pip install \"pocketllm[cuda]\" from $dist"
+    for elf in "$site"/pocketllm_cuda/*.so; do
+      foreign="$(ldd "$elf" | awk '{print $1}' | grep -Ev "$base" | grep -v '^/' | tr '\n' ' ')"
+      [ -z "$foreign" ] && ok "$(basename "$elf") needs only manylinux base libraries (CUDA runtime static)" ||
+        bad "$(basename "$elf") needs $foreign"
+    done
+    # pocketllm points PL_CUDA_MODULE at the extra's module and loads it only
+    # for a cuda model: a cpu model leaves it unmapped.
+    out="$(cd "$tmp" && run_hidden "$tmp/venv/bin/python" - "$fix/models/tiny-qwen3-q4_k_m.gguf" 2>&1 <<'EOF'
+import os, sys, pocketllm, pocketllm_cuda
+with pocketllm.Model(sys.argv[1], ctx=64) as m:
+    m.generate("Hi", max_tokens=2)
+    mapped = "libpocketllm-cuda" in open("/proc/self/maps").read()
+want = str(pocketllm_cuda.module_path())
+print("env ok" if os.environ.get("PL_CUDA_MODULE") == want else f"env {os.environ.get('PL_CUDA_MODULE')!r} != {want!r}")
+print("mapped" if mapped else "not mapped")
+EOF
+)"
+    grep -qx "env ok" <<<"$out" && grep -qx "not mapped" <<<"$out" &&
+      ok "PL_CUDA_MODULE points at the extra's module; a cpu model does not load it" ||
+      bad "the extra's module: $out"
+    if [ ! -e /dev/nvidia0 ]; then
+      r="$(cd "$tmp" && run_hidden "$tmp/venv/bin/pocketllm" run --model "$fix/models/tiny-qwen3-q4_k_m.gguf" \
+             --prompt hi --max-tokens 2 --device cuda 2>&1 >/dev/null)"
+      [ "$(wc -l <<<"$r")" -eq 1 ] && grep -q cuda <<<"$r" &&
+        ok "with the extra, --device cuda without a GPU fails in one line: $r" || bad "--device cuda with the extra: $r"
+    fi
+  else
+    bad "pip install \"pocketllm[cuda]\" from $dist failed"
+  fi
+fi
+
 if ((fail)); then echo "check-wheel: FAILED"; exit 1; fi
 echo "check-wheel: passed"
