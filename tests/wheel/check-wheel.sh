@@ -10,7 +10,8 @@
 #   - check_installed.py: `pocketllm devices`, `pocketllm run` and
 #     Model.generate on the tiny fixture give the golden tokens, `pocketllm
 #     serve` answers a chat request, `--device cuda` without a GPU fails in
-#     one line.
+#     one line; one `pocketllm run` on the portable kernels (PL_CPU_FEATURES=none,
+#     as on a CPU without AVX2).
 #
 #   tests/wheel/check-wheel.sh [DIST_DIR]     (default dist/)
 #

@@ -74,6 +74,17 @@ for case in GOLDEN["cases"][:2]:
     check(res["prompt_tokens"] == case["tokens"] and msg is None,
           f"pocketllm run {case['prompt']!r} matches the golden tokens{': ' + msg if msg else ''}")
 
+# The same wheel on a CPU without AVX2: PL_CPU_FEATURES=none makes the runtime
+# dispatch (src/core/cpu_features.c) take the portable kernels.
+case = GOLDEN["cases"][0]
+r = cli("devices", env={**os.environ, "PL_CPU_FEATURES": "none"})
+check(re.search(r"^cpu\s+yes\s+yes\s+cpu: none\b", r.stdout, re.M) is not None,
+      "PL_CPU_FEATURES=none: pocketllm devices shows the cpu backend without SIMD features")
+r = cli("run", "--model", MODEL, "--prompt", case["prompt"], "--max-tokens", str(len(case["greedy"])),
+        "--ctx", "512", "--json", env={**os.environ, "PL_CPU_FEATURES": "none"})
+msg = compare(case, json.loads(r.stdout)["tokens"]) if r.returncode == 0 else f"exit {r.returncode}: {r.stderr}"
+check(msg is None, f"pocketllm run on the portable (non-AVX2) kernels matches the golden tokens{': ' + msg if msg else ''}")
+
 # ---- the Python API, golden tokens -------------------------------------------------
 with pocketllm.Model(MODEL, ctx=512) as m:
     for case in GOLDEN["cases"][:2]:
