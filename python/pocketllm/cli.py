@@ -6,7 +6,7 @@ import os
 import sys
 
 from .errors import LibraryNotFoundError
-from .native import find_cli
+from .native import find_cli, use_cuda_module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,6 +16,9 @@ def main(argv: list[str] | None = None) -> int:
     except LibraryNotFoundError as e:
         print(f"pocketllm: {e}", file=sys.stderr)
         return 127
+    # The binary inherits the environment: PL_CUDA_MODULE when pocketllm-cuda
+    # is installed (the binary looks in its own dir and ../lib otherwise).
+    use_cuda_module([exe.parent, exe.parent.parent / "lib"])
     sys.stdout.flush()
     sys.stderr.flush()
     try:

@@ -12,6 +12,11 @@ this order):
   2. the copy installed inside this package by ``pip install``;
   3. the project's build tree, when this package runs from a source
      checkout (python/pocketllm -> <repo>/build/lib/libpocketllm.so).
+
+The CUDA backend's module (libpocketllm-cuda.so) is looked for by the
+library itself, next to libpocketllm.so or the CLI binary, or at
+$PL_CUDA_MODULE. The pocketllm-cuda distribution (the [cuda] extra) installs
+it into its own package, so use_cuda_module() points PL_CUDA_MODULE there.
 """
 from __future__ import annotations
 
@@ -28,6 +33,8 @@ from .errors import InvalidArgumentError, LibraryNotFoundError, error_for_status
 
 LIB_NAME = "libpocketllm.so"
 BIN_NAME = "pocketllm"
+CUDA_MODULE_NAME = "libpocketllm-cuda.so"
+CUDA_MODULE_ENV = "PL_CUDA_MODULE"
 _HERE = Path(__file__).resolve().parent
 
 # ---- locating the library and the CLI ----------------------------------------
@@ -92,6 +99,27 @@ def find_cli() -> Path:
     raise LibraryNotFoundError(
         f"cannot find the {BIN_NAME} binary (looked in: {', '.join(str(p) for p in tried)}); "
         f"set POCKETLLM_BIN to its path")
+
+
+def use_cuda_module(search_dirs: list[Path], env=None) -> Path | None:
+    """Point PL_CUDA_MODULE (in `env`, default os.environ) at the module of
+    the installed pocketllm-cuda distribution, when the variable is unset and
+    no libpocketllm-cuda.so sits in `search_dirs` (where the library looks
+    itself: a build tree's module matches its library, so it wins). Returns
+    the path set, or None. Imports pocketllm_cuda, which loads nothing: the
+    library dlopen()s the module only for a cuda model."""
+    env = os.environ if env is None else env
+    if env.get(CUDA_MODULE_ENV) or any((d / CUDA_MODULE_NAME).is_file() for d in search_dirs):
+        return None
+    try:
+        import pocketllm_cuda
+    except ImportError:
+        return None
+    path = Path(pocketllm_cuda.module_path())
+    if not path.is_file():
+        return None
+    env[CUDA_MODULE_ENV] = str(path)
+    return path
 
 
 # ---- C structs ----------------------------------------------------------------
@@ -214,6 +242,7 @@ def _load():
         if _lib is not None:
             return _lib
         path = find_library()
+        use_cuda_module([path.parent, path.parent.parent / "lib"])
         try:
             lib = ctypes.CDLL(str(path))
         except OSError as e:
