@@ -674,6 +674,7 @@ typedef struct {
     int64_t eos;                        /* -1: no key */
     const char *bad_merge;              /* appended merge */
     bool duplicate, empty_token, add_bos_no_bos, tokens_as_ints;
+    bool drop_bytes;                    /* no tokens for bytes 0x01, 'z', 0xBD */
 } syn_opts;
 
 /* 256 byte tokens, then "ab", "abc", "qrs", "<|im_end|>" (control),
@@ -689,6 +690,12 @@ static pl_status syn_load(const syn_opts *o, pl_vocab **v, pl_gguf **g, unsigned
         lens[n] = (size_t)gpt2_char(b, store[b]);
         toks[n] = store[b];
         types[n++] = PL_TOKEN_TYPE_NORMAL;
+        if (o->drop_bytes && (b == 0x01 || b == 'z' || b == 0xBD)) {
+            /* renamed rather than removed, so that ids stay put */
+            static const char *const gone[3] = {"[NO01]", "[NOZ]", "[NOBD]"};
+            toks[n - 1] = gone[b == 0x01 ? 0 : b == 'z' ? 1 : 2];
+            lens[n - 1] = strlen(toks[n - 1]);
+        }
     }
     const char *extra[] = {"ab", "abc", "qrs", "<|im_end|>", "<tool>", "[UNUSED]"};
     const int32_t extra_t[] = {1, 1, 1, PL_TOKEN_TYPE_CONTROL, PL_TOKEN_TYPE_USER_DEFINED, PL_TOKEN_TYPE_UNUSED};
@@ -736,6 +743,47 @@ static void expect_load_error(syn_opts o, pl_status want, const char *needle, co
     CHECK(st == want, "%s: status %s, want %s (%s)", what, pl_status_str(st), pl_status_str(want), msg);
     CHECK(v == NULL, "%s: no vocab on error", what);
     if (needle) CHECK(msg && strstr(msg, needle), "%s: message '%s' lacks '%s'", what, msg, needle);
+    syn_free(v, g, img);
+}
+
+/* Issue 22: input bytes that no token covers were dropped without a word
+ * (llama.cpp's behaviour: "a\x01b" tokenized as "ab", "z" as nothing).
+ * They must fail the call, naming the byte and where it is. */
+static void expect_uncovered(const pl_vocab *v, const char *text, size_t len, bool special, const char *needle) {
+    int32_t *ids = (int32_t *)1;
+    size_t ni = 99;
+    pl_status st = pl_vocab_tokenize(v, text, len, special, &ids, &ni);
+    const char *msg = pl_last_error();
+    CHECK(st == PL_ERR_INVALID_ARG && ids == NULL && ni == 0, "uncovered '%s': status %s, %zu ids", needle,
+          pl_status_str(st), ni);
+    CHECK(strstr(msg, needle) != NULL, "uncovered: message '%s' lacks '%s'", msg, needle);
+    if (st == PL_OK) free(ids);
+}
+
+static void test_uncovered_bytes(syn_opts o) {
+    pl_vocab *v;
+    pl_gguf *g;
+    unsigned char *img;
+    o.drop_bytes = true;
+    pl_status st = syn_load(&o, &v, &g, &img);
+    CHECK(st == PL_OK, "vocab without some bytes: %s", pl_last_error());
+    if (st == PL_OK) {
+        expect_uncovered(v, "a\x01" "b", 3, false, "byte 0x01 at offset 1");
+        expect_uncovered(v, "z", 1, false, "byte 0x7a at offset 0");
+        expect_uncovered(v, "abc abcz", 8, false, "byte 0x7a at offset 7");
+        /* offsets count from the start of the text, across special tokens */
+        expect_uncovered(v, "ab<tool>qz", 10, false, "byte 0x7a at offset 9");
+        /* a byte inside a valid multi-byte character: U+00BD is C2 BD */
+        expect_uncovered(v, "ab\xc2\xbd", 4, false, "byte 0xbd at offset 3");
+        /* invalid UTF-8 becomes U+FFFD (EF BF BD), whose last byte is missing:
+         * the offending input byte is the invalid one */
+        expect_uncovered(v, "abc\xff", 4, false, "byte 0xff at offset 3 (invalid UTF-8");
+        /* what is covered still tokenizes as before */
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        CHECK(pl_vocab_tokenize(v, "abc y", 5, false, &ids, &ni) == PL_OK && ni == 3 && ids[0] == 257, "covered text");
+        free(ids);
+    }
     syn_free(v, g, img);
 }
 
@@ -793,9 +841,11 @@ static void test_synthetic(void) {
         CHECK(pl_vocab_tokenize(v, "qr", 2, false, &ids, &ni) == PL_OK && ni == 2 &&
               ids[0] == pl_vocab_find(v, "q", 1) && ids[1] == pl_vocab_find(v, "r", 1), "qr byte fallback");
         free(ids);
-        /* ... and bytes whose GPT-2 character is 2 bytes long have no 1-byte
-         * token: llama.cpp drops them ("\xc3\xa9" merges to a non-token) */
-        CHECK(pl_vocab_tokenize(v, "\xc3\xa9", 2, false, &ids, &ni) == PL_OK && ni == 0, "non-token merge of 2-byte chars dropped");
+        /* ... but bytes whose GPT-2 character is 2 bytes long have no 1-byte
+         * token: llama.cpp drops them ("\xc3\xa9" merges to a non-token),
+         * we fall back to each input byte's token, losing nothing */
+        CHECK(pl_vocab_tokenize(v, "\xc3\xa9", 2, false, &ids, &ni) == PL_OK && ni == 2 && ids[0] == 0xC3 &&
+              ids[1] == 0xA9, "non-token merge of 2-byte chars: the two byte tokens");
         free(ids);
         /* special tokens: control only with parse_special, user-defined always,
          * unused never */
@@ -811,6 +861,7 @@ static void test_synthetic(void) {
         CHECK(pl_vocab_n_tokens(v) == 263, "n");
     }
     syn_free(v, g, img);
+    test_uncovered_bytes(base);
 }
 
 /* ---- throughput ---------------------------------------------------------- */
