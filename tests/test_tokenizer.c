@@ -701,7 +701,10 @@ static pl_status syn_load(const syn_opts *o, pl_vocab **v, pl_gguf **g, unsigned
     const int32_t extra_t[] = {1, 1, 1, PL_TOKEN_TYPE_CONTROL, PL_TOKEN_TYPE_USER_DEFINED, PL_TOKEN_TYPE_UNUSED};
     for (size_t i = 0; i < 6; i++) { toks[n] = extra[i]; lens[n] = strlen(extra[i]); types[n++] = extra_t[i]; }
     if (o->duplicate) { toks[n] = "ab"; lens[n] = 2; types[n++] = 1; }
-    if (o->empty_token) { toks[n] = ""; lens[n] = 0; types[n++] = 1; }
+    if (o->empty_token) {  /* two: a normal and a control one */
+        toks[n] = ""; lens[n] = 0; types[n++] = 1;
+        toks[n] = ""; lens[n] = 0; types[n++] = PL_TOKEN_TYPE_CONTROL;
+    }
     const char *merges[8] = {"a b", "ab c", "q r", "qr s", "x yz", "\xc3\x83 \xc2\xa9"};
     size_t nm = 6;
     if (o->bad_merge) merges[nm++] = o->bad_merge;
@@ -813,6 +816,14 @@ static void test_synthetic(void) {
     expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with empty right half");
     o = base; o.bad_merge = " ab";
     expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with only a leading space");
+    /* Issue 22: llama.cpp splits these at the first space ("a" + "b x y"),
+     * which drops the merge the file meant; they were accepted here too. */
+    o = base; o.bad_merge = "a b x y";
+    expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with three spaces");
+    o = base; o.bad_merge = "a  b";
+    expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with two separating spaces");
+    o = base; o.bad_merge = " a b";
+    expect_load_error(o, PL_ERR_FORMAT, "exactly one space", "merge with a leading space");
     o = base; o.duplicate = true;
     expect_load_error(o, PL_ERR_FORMAT, "duplicate", "duplicate token");
     o = base; o.add_bos_no_bos = true;
@@ -857,8 +868,28 @@ static void test_synthetic(void) {
         free(ids);
         CHECK(pl_vocab_is_eog(v, 259) && !pl_vocab_is_eog(v, 260), "EOG");
         CHECK(pl_vocab_bos(v) == -1 && pl_vocab_eos(v) == 259, "bos none, eos set");
-        CHECK(pl_vocab_find(v, "[EMPTY_262]", 11) == 262, "empty token renamed");
-        CHECK(pl_vocab_n_tokens(v) == 263, "n");
+        /* Issue 22: empty token texts were renamed "[EMPTY_<id>]" (as
+         * llama.cpp does), so generating one printed that text. They are
+         * pieces of zero bytes, found by no text, matched by no input. */
+        CHECK(pl_vocab_find(v, "[EMPTY_262]", 11) == -1 && pl_vocab_find(v, "", 0) == -1, "empty token not renamed");
+        CHECK(strcmp(pl_vocab_token_text(v, 262), "") == 0 && strcmp(pl_vocab_token_text(v, 263), "") == 0,
+              "empty token texts");
+        for (int32_t id = 262; id <= 263; id++) {
+            for (int sp = 0; sp < 2; sp++) {
+                char piece[32] = "x";
+                size_t plen = 99;
+                CHECK(pl_vocab_piece(v, id, sp, piece, sizeof piece, &plen) == PL_OK && plen == 0,
+                      "empty token %d: zero-byte piece (special %d), got %zu bytes", id, sp, plen);
+            }
+        }
+        CHECK(pl_vocab_tokenize(v, "[EMPTY_262]ab", 13, true, &ids, &ni) == PL_OK && ni > 2 && ids[ni - 1] == 256,
+              "text of a renamed empty token is ordinary text");
+        for (size_t i = 0; i < ni; i++) CHECK(ids[i] < 262, "no empty token from text (id %d)", ids[i]);
+        free(ids);
+        /* an empty control token must not match (everywhere) in the special-token pass */
+        CHECK(pl_vocab_tokenize(v, "abc", 3, true, &ids, &ni) == PL_OK && ni == 1 && ids[0] == 257, "empty control token");
+        free(ids);
+        CHECK(pl_vocab_n_tokens(v) == 264, "n");
     }
     syn_free(v, g, img);
     test_uncovered_bytes(base);
