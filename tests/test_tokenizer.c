@@ -791,7 +791,7 @@ static void test_uncovered_bytes(syn_opts o) {
 }
 
 static void test_synthetic(void) {
-    const syn_opts base = {"gpt2", "qwen2", 0, 0, -1, NULL, false, false, false, false};
+    const syn_opts base = {"gpt2", "qwen2", 0, 0, -1, NULL, false, false, false, false, false};
     syn_opts o;
 
     o = base; o.model = "llama";
