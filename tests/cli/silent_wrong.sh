@@ -5,6 +5,7 @@
 #    printed "!!!!!!" and exited 0; now exit 1 and "NaN/Inf logits".
 #  - a vocabulary without the token for "z": `tokenize` printed [] and `run`
 #    said "the prompt is empty"; now both name the byte and its offset.
+#  - an empty token text: `detokenize` printed "[EMPTY_5]"; now nothing.
 BIN=$1 FIX=$2
 fail=0 pass=0
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -22,6 +23,7 @@ def rstr(p):
     n, = struct.unpack_from("<Q", b, p)
     return bytes(b[p + 8:p + 8 + n]), p + 8 + n
 align = 32
+cut = None
 for _ in range(n_kv):
     key, p = rstr(p)
     t, = struct.unpack_from("<I", b, p); p += 4
@@ -33,6 +35,8 @@ for _ in range(n_kv):
                 s, p = rstr(p)
                 if mode == "no-z" and key == b"tokenizer.ggml.tokens" and s == b"z":
                     b[s0 + 8] = 0x01   # "z" -> the raw byte 0x01, which no token spells
+                if mode == "empty-5" and key == b"tokenizer.ggml.tokens" and i == 5:
+                    cut = (s0, p)      # token 5 -> "" (only for files without tensors)
             else:
                 p += SIZES[et]
     elif t == 8:
@@ -52,6 +56,9 @@ if mode == "nan-norm":
     typ, off = tensors[b"output_norm.weight"]
     assert typ == 0
     struct.pack_into("<f", b, data + off + 4 * 17, float("nan"))
+if cut:
+    assert n_tensors == 0
+    b[cut[0]:cut[1]] = struct.pack("<Q", 0)
 open(dst, "wb").write(b)
 PY
 
@@ -80,5 +87,13 @@ check "covered text" 0 "" "" tokenize --model "$tmp/no-z.gguf" --prompt "hello"
 python3 "$tmp/patch.py" "$FIX/models/tiny-qwen3-f32.gguf" "$tmp/tiny-no-z.gguf" no-z || { echo "FAIL: patch"; exit 1; }
 check "uncovered byte, run" 1 "byte 0x7a at offset 0" "" run --model "$tmp/tiny-no-z.gguf" --prompt "z" --max-tokens 2 --threads 2
 
-echo "nonfinite: $pass passed, $fail failed"
+python3 "$tmp/patch.py" "$FIX/models/qwen3-vocab.gguf" "$tmp/empty.gguf" empty-5 || { echo "FAIL: patch"; exit 1; }
+out=$("$BIN" detokenize --model "$tmp/empty.gguf" --ids 5 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ -z "$out" ]; then pass=$((pass+1)); else echo "FAIL empty token: rc=$rc [$out]"; fail=$((fail+1)); fi
+want=$("$BIN" detokenize --model "$tmp/empty.gguf" --ids 9707,11,1879 2>&1)
+out=$("$BIN" detokenize --model "$tmp/empty.gguf" --ids 9707,5,11,5,1879 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$out" = "$want" ] && [ "$want" = "Hello, world" ]; then pass=$((pass+1))
+else echo "FAIL empty tokens between others: rc=$rc [$out] want [$want]"; fail=$((fail+1)); fi
+
+echo "silent_wrong: $pass passed, $fail failed"
 [ $fail -eq 0 ]
