@@ -131,7 +131,9 @@ PL_API int32_t pl_session_pos(const pl_session *s);
 PL_API void pl_session_reset(pl_session *s);
 
 /* Appends tokens to the sequence (prefill in batches of n_batch). If logits
- * is non-NULL it receives the n_vocab logits after the last token. */
+ * is non-NULL it receives the n_vocab logits after the last token; if any of
+ * them is NaN or +-Inf the call fails with PL_ERR_FORMAT (the tokens are
+ * still appended). */
 PL_API pl_status pl_session_eval(pl_session *s, const int32_t *ids, size_t n, float *logits);
 
 /* A batch of tokens that may belong to different sequences. Each token has
@@ -164,7 +166,9 @@ PL_API pl_status pl_sampler_create(const pl_sampler_params *p, int32_t n_vocab, 
 PL_API void pl_sampler_free(pl_sampler *s);
 /* Picks a token from logits (n_vocab floats, not modified). Each call draws
  * exactly one uniform value from the sampler's seeded RNG (greedy draws none),
- * so one seed reproduces one text. */
+ * so one seed reproduces one text. Returns -1, with the reason in
+ * pl_last_error(), when a logit is NaN or +Inf or all are -Inf (broken model
+ * arithmetic: corrupt or badly quantized weights). */
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits);
 
 /* ---- inspecting a GGUF file (no model needed) -----------------------------*/

@@ -674,6 +674,7 @@ typedef struct {
     int64_t eos;                        /* -1: no key */
     const char *bad_merge;              /* appended merge */
     bool duplicate, empty_token, add_bos_no_bos, tokens_as_ints;
+    bool drop_bytes;                    /* no tokens for bytes 0x01, 'z', 0xBD */
 } syn_opts;
 
 /* 256 byte tokens, then "ab", "abc", "qrs", "<|im_end|>" (control),
@@ -689,12 +690,21 @@ static pl_status syn_load(const syn_opts *o, pl_vocab **v, pl_gguf **g, unsigned
         lens[n] = (size_t)gpt2_char(b, store[b]);
         toks[n] = store[b];
         types[n++] = PL_TOKEN_TYPE_NORMAL;
+        if (o->drop_bytes && (b == 0x01 || b == 'z' || b == 0xBD)) {
+            /* renamed rather than removed, so that ids stay put */
+            static const char *const gone[3] = {"[NO01]", "[NOZ]", "[NOBD]"};
+            toks[n - 1] = gone[b == 0x01 ? 0 : b == 'z' ? 1 : 2];
+            lens[n - 1] = strlen(toks[n - 1]);
+        }
     }
     const char *extra[] = {"ab", "abc", "qrs", "<|im_end|>", "<tool>", "[UNUSED]"};
     const int32_t extra_t[] = {1, 1, 1, PL_TOKEN_TYPE_CONTROL, PL_TOKEN_TYPE_USER_DEFINED, PL_TOKEN_TYPE_UNUSED};
     for (size_t i = 0; i < 6; i++) { toks[n] = extra[i]; lens[n] = strlen(extra[i]); types[n++] = extra_t[i]; }
     if (o->duplicate) { toks[n] = "ab"; lens[n] = 2; types[n++] = 1; }
-    if (o->empty_token) { toks[n] = ""; lens[n] = 0; types[n++] = 1; }
+    if (o->empty_token) {  /* two: a normal and a control one */
+        toks[n] = ""; lens[n] = 0; types[n++] = 1;
+        toks[n] = ""; lens[n] = 0; types[n++] = PL_TOKEN_TYPE_CONTROL;
+    }
     const char *merges[8] = {"a b", "ab c", "q r", "qr s", "x yz", "\xc3\x83 \xc2\xa9"};
     size_t nm = 6;
     if (o->bad_merge) merges[nm++] = o->bad_merge;
@@ -739,8 +749,49 @@ static void expect_load_error(syn_opts o, pl_status want, const char *needle, co
     syn_free(v, g, img);
 }
 
+/* Issue 22: input bytes that no token covers were dropped without a word
+ * (llama.cpp's behaviour: "a\x01b" tokenized as "ab", "z" as nothing).
+ * They must fail the call, naming the byte and where it is. */
+static void expect_uncovered(const pl_vocab *v, const char *text, size_t len, bool special, const char *needle) {
+    int32_t *ids = (int32_t *)1;
+    size_t ni = 99;
+    pl_status st = pl_vocab_tokenize(v, text, len, special, &ids, &ni);
+    const char *msg = pl_last_error();
+    CHECK(st == PL_ERR_INVALID_ARG && ids == NULL && ni == 0, "uncovered '%s': status %s, %zu ids", needle,
+          pl_status_str(st), ni);
+    CHECK(strstr(msg, needle) != NULL, "uncovered: message '%s' lacks '%s'", msg, needle);
+    if (st == PL_OK) free(ids);
+}
+
+static void test_uncovered_bytes(syn_opts o) {
+    pl_vocab *v;
+    pl_gguf *g;
+    unsigned char *img;
+    o.drop_bytes = true;
+    pl_status st = syn_load(&o, &v, &g, &img);
+    CHECK(st == PL_OK, "vocab without some bytes: %s", pl_last_error());
+    if (st == PL_OK) {
+        expect_uncovered(v, "a\x01" "b", 3, false, "byte 0x01 at offset 1");
+        expect_uncovered(v, "z", 1, false, "byte 0x7a at offset 0");
+        expect_uncovered(v, "abc abcz", 8, false, "byte 0x7a at offset 7");
+        /* offsets count from the start of the text, across special tokens */
+        expect_uncovered(v, "ab<tool>qz", 10, false, "byte 0x7a at offset 9");
+        /* a byte inside a valid multi-byte character: U+00BD is C2 BD */
+        expect_uncovered(v, "ab\xc2\xbd", 4, false, "byte 0xbd at offset 3");
+        /* invalid UTF-8 becomes U+FFFD (EF BF BD), whose last byte is missing:
+         * the offending input byte is the invalid one */
+        expect_uncovered(v, "abc\xff", 4, false, "byte 0xff at offset 3 (invalid UTF-8");
+        /* what is covered still tokenizes as before */
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        CHECK(pl_vocab_tokenize(v, "abc y", 5, false, &ids, &ni) == PL_OK && ni == 3 && ids[0] == 257, "covered text");
+        free(ids);
+    }
+    syn_free(v, g, img);
+}
+
 static void test_synthetic(void) {
-    const syn_opts base = {"gpt2", "qwen2", 0, 0, -1, NULL, false, false, false, false};
+    const syn_opts base = {"gpt2", "qwen2", 0, 0, -1, NULL, false, false, false, false, false};
     syn_opts o;
 
     o = base; o.model = "llama";
@@ -765,6 +816,14 @@ static void test_synthetic(void) {
     expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with empty right half");
     o = base; o.bad_merge = " ab";
     expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with only a leading space");
+    /* Issue 22: llama.cpp splits these at the first space ("a" + "b x y"),
+     * which drops the merge the file meant; they were accepted here too. */
+    o = base; o.bad_merge = "a b x y";
+    expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with three spaces");
+    o = base; o.bad_merge = "a  b";
+    expect_load_error(o, PL_ERR_FORMAT, "merges[6]", "merge with two separating spaces");
+    o = base; o.bad_merge = " a b";
+    expect_load_error(o, PL_ERR_FORMAT, "exactly one space", "merge with a leading space");
     o = base; o.duplicate = true;
     expect_load_error(o, PL_ERR_FORMAT, "duplicate", "duplicate token");
     o = base; o.add_bos_no_bos = true;
@@ -793,9 +852,11 @@ static void test_synthetic(void) {
         CHECK(pl_vocab_tokenize(v, "qr", 2, false, &ids, &ni) == PL_OK && ni == 2 &&
               ids[0] == pl_vocab_find(v, "q", 1) && ids[1] == pl_vocab_find(v, "r", 1), "qr byte fallback");
         free(ids);
-        /* ... and bytes whose GPT-2 character is 2 bytes long have no 1-byte
-         * token: llama.cpp drops them ("\xc3\xa9" merges to a non-token) */
-        CHECK(pl_vocab_tokenize(v, "\xc3\xa9", 2, false, &ids, &ni) == PL_OK && ni == 0, "non-token merge of 2-byte chars dropped");
+        /* ... but bytes whose GPT-2 character is 2 bytes long have no 1-byte
+         * token: llama.cpp drops them ("\xc3\xa9" merges to a non-token),
+         * we fall back to each input byte's token, losing nothing */
+        CHECK(pl_vocab_tokenize(v, "\xc3\xa9", 2, false, &ids, &ni) == PL_OK && ni == 2 && ids[0] == 0xC3 &&
+              ids[1] == 0xA9, "non-token merge of 2-byte chars: the two byte tokens");
         free(ids);
         /* special tokens: control only with parse_special, user-defined always,
          * unused never */
@@ -807,10 +868,31 @@ static void test_synthetic(void) {
         free(ids);
         CHECK(pl_vocab_is_eog(v, 259) && !pl_vocab_is_eog(v, 260), "EOG");
         CHECK(pl_vocab_bos(v) == -1 && pl_vocab_eos(v) == 259, "bos none, eos set");
-        CHECK(pl_vocab_find(v, "[EMPTY_262]", 11) == 262, "empty token renamed");
-        CHECK(pl_vocab_n_tokens(v) == 263, "n");
+        /* Issue 22: empty token texts were renamed "[EMPTY_<id>]" (as
+         * llama.cpp does), so generating one printed that text. They are
+         * pieces of zero bytes, found by no text, matched by no input. */
+        CHECK(pl_vocab_find(v, "[EMPTY_262]", 11) == -1 && pl_vocab_find(v, "", 0) == -1, "empty token not renamed");
+        CHECK(strcmp(pl_vocab_token_text(v, 262), "") == 0 && strcmp(pl_vocab_token_text(v, 263), "") == 0,
+              "empty token texts");
+        for (int32_t id = 262; id <= 263; id++) {
+            for (int sp = 0; sp < 2; sp++) {
+                char piece[32] = "x";
+                size_t plen = 99;
+                CHECK(pl_vocab_piece(v, id, sp, piece, sizeof piece, &plen) == PL_OK && plen == 0,
+                      "empty token %d: zero-byte piece (special %d), got %zu bytes", id, sp, plen);
+            }
+        }
+        CHECK(pl_vocab_tokenize(v, "[EMPTY_262]ab", 13, true, &ids, &ni) == PL_OK && ni > 2 && ids[ni - 1] == 256,
+              "text of a renamed empty token is ordinary text");
+        for (size_t i = 0; i < ni; i++) CHECK(ids[i] < 262, "no empty token from text (id %d)", ids[i]);
+        free(ids);
+        /* an empty control token must not match (everywhere) in the special-token pass */
+        CHECK(pl_vocab_tokenize(v, "abc", 3, true, &ids, &ni) == PL_OK && ni == 1 && ids[0] == 257, "empty control token");
+        free(ids);
+        CHECK(pl_vocab_n_tokens(v) == 264, "n");
     }
     syn_free(v, g, img);
+    test_uncovered_bytes(base);
 }
 
 /* ---- throughput ---------------------------------------------------------- */

@@ -3,6 +3,14 @@
  * chain is llama.cpp's: top-k -> top-p -> min-p -> temperature -> draw, where
  * the draw consumes exactly one uniform value from a seeded xoshiro256**
  * stream, so one seed reproduces one text.
+ *
+ * Logits that are NaN or +Inf (or all -Inf) mean the model's arithmetic
+ * broke -- corrupt or badly quantized weights. Argmax over them silently
+ * picked token 0 ("!" in Qwen vocabularies: "!!!!!!" and exit 0), so the
+ * argmax scan, which every sampling call makes anyway, also checks every
+ * value: one compare per logit in the same loop. A bad row makes
+ * pl_sampler_sample return -1 with the reason in pl_last_error(). -Inf alone
+ * is a masked token and stays allowed.
  */
 #include "core/status.h"
 #include "pocketllm.h"
@@ -17,6 +25,7 @@ struct pl_sampler {
     int32_t n_vocab;
     uint64_t s[4];
     cand *c;
+    uint64_t n_sampled;   /* calls so far: names the token in an error */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -97,27 +106,53 @@ static void select_top_k(cand *c, int n, int k) {
     }
 }
 
-static int32_t argmax(const float *logits, int32_t n) {
+/* Index of the largest logit (lowest id on ties), or -1 if a logit is NaN
+ * or +Inf or all are -Inf. !(x < INFINITY) is true exactly for NaN and +Inf;
+ * it is OR-ed into a flag rather than branched on, so the loop stays as
+ * cheap as the plain argmax. */
+static int32_t argmax_checked(const float *logits, int32_t n) {
     int32_t best = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
+    float bv = logits[0];
+    int bad = !(bv < INFINITY);
+    for (int32_t i = 1; i < n; i++) {
+        float x = logits[i];
+        bad |= !(x < INFINITY);
+        if (x > bv) { bv = x; best = i; }
+    }
+    return bad || bv == -INFINITY ? -1 : best;
+}
+
+/* The error for a row argmax_checked refused (a second scan, error path only). */
+static int32_t bad_logits(const pl_sampler *s, const float *logits) {
+    int32_t id = 0;
+    while (id < s->n_vocab - 1 && logits[id] < INFINITY) id++;
+    if (logits[id] < INFINITY) {
+        pl_errorf(PL_ERR_FORMAT, "the model produced NaN/Inf logits at generated token %llu (every logit is -inf)"
+                  " -- corrupt or badly quantized weights?", (unsigned long long)s->n_sampled);
+    } else {
+        pl_errorf(PL_ERR_FORMAT, "the model produced NaN/Inf logits at generated token %llu (token id %d has logit %s)"
+                  " -- corrupt or badly quantized weights?", (unsigned long long)s->n_sampled, id,
+                  isnan(logits[id]) ? "nan" : "inf");
+    }
+    return -1;
 }
 
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits) {
     const pl_sampler_params *p = &s->p;
-    if (p->temperature <= 0.0f) return argmax(logits, s->n_vocab);
+    s->n_sampled++;
+    int32_t best = argmax_checked(logits, s->n_vocab);
+    if (best < 0) return bad_logits(s, logits);
+    if (p->temperature <= 0.0f) return best;
 
     /* Candidates. Without top-k, tokens 40 nats below the best carry less
      * than 1e-12 of the mass in total: dropping them avoids a full sort. */
-    float maxl = logits[argmax(logits, s->n_vocab)];
+    float maxl = logits[best];
     int n = 0;
     for (int32_t i = 0; i < s->n_vocab; i++) {
-        if (isnan(logits[i])) continue;
         if (p->top_k <= 0 && logits[i] < maxl - 40.0f) continue;
         s->c[n++] = (cand){logits[i], i};
     }
-    if (n == 0) return argmax(logits, s->n_vocab);
+    if (n == 0) return best;
     if (p->top_k > 0 && p->top_k < n) {
         select_top_k(s->c, n, p->top_k);
         n = p->top_k;

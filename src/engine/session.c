@@ -1,7 +1,9 @@
 /* A session: one sequence, one KV-cache slot, its position. */
 #include "engine/model.h"
 #include "core/status.h"
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct pl_session {
     pl_model *model;
@@ -34,6 +36,29 @@ PL_API void pl_session_free(pl_session *s) {
 PL_API int32_t pl_session_pos(const pl_session *s) { return s->pos; }
 PL_API void pl_session_reset(pl_session *s) { s->pos = 0; }
 
+/* Logits that are NaN or +-Inf mean the model's arithmetic broke (corrupt or
+ * badly quantized weights); sampling them silently picked token 0. Checked
+ * here so that every caller of pl_session_eval (run, Python) gets an error
+ * that names the position, before anything is sampled. The test is on the
+ * exponent bits, OR-ed over the row without branches, so the compiler
+ * vectorizes it: one pass over n_vocab floats that were just written (tens
+ * of microseconds for 152k logits, next to milliseconds for the forward). */
+static pl_status check_logits(const float *logits, int32_t n_vocab, int32_t pos) {
+    uint32_t all = 0;
+    for (int32_t i = 0; i < n_vocab; i++) {
+        uint32_t u;
+        memcpy(&u, &logits[i], 4);
+        all |= (u & 0x7F800000u) == 0x7F800000u;
+    }
+    if (!all) return PL_OK;
+    int32_t id = 0;
+    while (isfinite(logits[id])) id++;
+    return pl_errorf(PL_ERR_FORMAT,
+                     "the model produced NaN/Inf logits at token %d of the sequence (token id %d has logit %s)"
+                     " -- corrupt or badly quantized weights?", pos, id,
+                     isnan(logits[id]) ? "nan" : logits[id] > 0 ? "inf" : "-inf");
+}
+
 PL_API pl_status pl_session_eval(pl_session *s, const int32_t *ids, size_t n, float *logits) {
     if (!s || (!ids && n)) return pl_errorf(PL_ERR_INVALID_ARG, "bad arguments");
     if (n == 0) return PL_OK;
@@ -56,6 +81,8 @@ PL_API pl_status pl_session_eval(pl_session *s, const int32_t *ids, size_t n, fl
     pl_batch b = {(int32_t)n, ids, pos, seq, want};
     pl_status st = pl_model_forward(m, &b, logits);
     free(pos); free(seq); free(want);
-    if (st == PL_OK) s->pos += (int32_t)n;
-    return st;
+    if (st != PL_OK) return st;
+    s->pos += (int32_t)n;
+    if (logits) return check_logits(logits, (int32_t)m->hp.n_vocab, s->pos - 1);
+    return PL_OK;
 }

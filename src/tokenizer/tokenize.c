@@ -13,10 +13,19 @@
  *  3. BPE on each word: start from one symbol per byte, repeatedly merge the
  *     adjacent pair with the lowest merge rank (leftmost on ties) using a
  *     priority queue with lazy deletion, O(n log n) per word.
- *  4. A final symbol that is a token gives its id; one that is not (its merge
- *     result is missing from the vocabulary) gives the ids of those of its
- *     bytes that are 1-byte tokens, and drops the rest -- llama.cpp's
- *     byte fallback for gpt2 vocabularies, kept as is.
+ *  4. A final symbol that is a token gives its id. One that is not (a byte
+ *     whose GPT-2 character is not a token, or a merge whose result is
+ *     missing from the vocabulary) falls back to smaller pieces:
+ *       - when every byte of its GPT-2 text is a 1-byte token, those tokens,
+ *         as llama.cpp does for gpt2 vocabularies (same ids);
+ *       - otherwise the token of each input byte's GPT-2 character; an input
+ *         byte without one cannot be represented at all and the call fails
+ *         with PL_ERR_INVALID_ARG naming the byte and its offset.
+ *     llama.cpp silently drops such bytes in both cases (checked with the
+ *     reference build: a vocab without U+0101 tokenizes "a\x01b" as "ab",
+ *     and "\xc3\xa9" merged into a non-token gives no ids at all); a
+ *     prompt that loses text without a word is a wrong answer, so we keep
+ *     every byte that has a token and refuse the rest.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -47,7 +56,13 @@ typedef struct {
     size_t cap_sym;
     bpe_pair *heap;
     size_t n_heap, cap_heap;
-    pl_status err;          /* first allocation failure */
+    unsigned char *wbytes;  /* UTF-8 bytes of the current word, one per initial symbol */
+    size_t cap_wbytes;
+    /* where the current word came from, to name an unrepresentable byte */
+    const unsigned char *frag;  /* the raw fragment being tokenized */
+    size_t frag_len, frag_off;  /* its length, its offset in the whole text */
+    size_t word_cp;             /* index of the word's first codepoint in the fragment */
+    pl_status err;          /* first failure */
 } tok_ctx;
 
 static bool grow(void **p, size_t *cap, size_t need, size_t elem, tok_ctx *c) {
@@ -122,9 +137,52 @@ static void try_pair(tok_ctx *c, int32_t l, int32_t r) {
     heap_push(c, (bpe_pair){rank, l, r, result, L->len, R->len});
 }
 
+/* Fails the call for byte k of the current word (no token can represent
+ * it), naming its offset in the caller's text. Only runs on that error, so
+ * it re-decodes the fragment to map the word's re-encoded UTF-8 back to the
+ * input: invalid input bytes were read as U+FFFD, whose 3 bytes are what is
+ * missing then, and the offset is that of the invalid input byte. */
+static void unrepresentable(tok_ctx *c, uint32_t k) {
+    size_t pos = 0, cp_i = 0, start = 0;
+    uint32_t cp = 0, skip = k;
+    while (pos < c->frag_len) {
+        start = pos;
+        cp = pl_utf8_decode(c->frag, c->frag_len, &pos);
+        if (cp_i++ < c->word_cp) continue;
+        uint32_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+        if (skip < n) break;
+        skip -= n;
+    }
+    bool replaced = cp == 0xFFFD && !(pos - start == 3 && c->frag[start] == 0xEF);
+    size_t off = c->frag_off + start + (replaced ? 0 : skip);
+    unsigned byte = replaced ? c->frag[start] : c->wbytes[k];
+    c->err = pl_errorf(PL_ERR_INVALID_ARG,
+                       "cannot tokenize byte 0x%02x at offset %zu%s: the vocabulary has no token for it "
+                       "(no byte fallback)", byte, off,
+                       replaced ? " (invalid UTF-8, read as U+FFFD)" : "");
+}
+
+/* A final symbol that is not a token: see step 4 at the top. */
+static void fallback(tok_ctx *c, int32_t i, int32_t end) {
+    const pl_vocab *v = c->v;
+    const bpe_sym *s = &c->sym[i];
+    bool all_single = true;
+    for (uint32_t k = 0; k < s->len && all_single; k++)
+        all_single = v->single_tok[(unsigned char)c->enc[s->start + k]] >= 0;
+    if (all_single) {
+        for (uint32_t k = 0; k < s->len; k++) emit(c, v->single_tok[(unsigned char)c->enc[s->start + k]]);
+        return;
+    }
+    /* symbol i spans the initial symbols (input bytes) i .. end-1 */
+    for (int32_t k = i; k < end && c->err == PL_OK; k++) {
+        int32_t t = v->byte_tok[c->wbytes[k]];
+        if (t < 0) unrepresentable(c, (uint32_t)k);
+        else emit(c, t);
+    }
+}
+
 /* BPE over c->enc[0..n_enc) whose symbols c->sym[0..n_sym) are set up. */
 static void bpe_word(tok_ctx *c, int32_t n_sym) {
-    const pl_vocab *v = c->v;
     c->n_heap = 0;
     for (int32_t i = 1; i < n_sym; i++) try_pair(c, i - 1, i);
     while (c->n_heap > 0 && c->err == PL_OK) {
@@ -142,17 +200,11 @@ static void bpe_word(tok_ctx *c, int32_t n_sym) {
         try_pair(c, L->prev, p.left);
         try_pair(c, p.left, L->next);
     }
-    for (int32_t i = 0; i >= 0 && i < n_sym; i = c->sym[i].next) {
+    for (int32_t i = 0; i >= 0 && i < n_sym && c->err == PL_OK; i = c->sym[i].next) {
         const bpe_sym *s = &c->sym[i];
         if (s->len == 0) continue;
-        if (s->id >= 0) {
-            emit(c, s->id);
-        } else {
-            for (uint32_t k = 0; k < s->len; k++) {
-                int32_t t = v->single_tok[(unsigned char)c->enc[s->start + k]];
-                if (t >= 0) emit(c, t);
-            }
-        }
+        if (s->id >= 0) emit(c, s->id);
+        else fallback(c, i, s->next >= 0 ? s->next : n_sym);
     }
 }
 
@@ -166,6 +218,7 @@ static void tokenize_word(tok_ctx *c, size_t a, size_t b) {
     }
     if (!grow((void **)&c->enc, &c->cap_enc, n_bytes * 2, 1, c)) return;
     if (!grow((void **)&c->sym, &c->cap_sym, n_bytes, sizeof *c->sym, c)) return;
+    if (!grow((void **)&c->wbytes, &c->cap_wbytes, n_bytes, 1, c)) return;
     uint32_t n_enc = 0;
     int32_t n_sym = 0;
     for (size_t i = a; i < b; i++) {
@@ -179,6 +232,7 @@ static void tokenize_word(tok_ctx *c, size_t a, size_t b) {
             s->prev = n_sym - 1;
             s->next = n_sym + 1;
             s->id = v->byte_tok[byte];
+            c->wbytes[n_sym] = byte;
             memcpy(c->enc + n_enc, v->gpt2_enc[byte], s->len);
             n_enc += s->len;
             n_sym++;
@@ -196,12 +250,16 @@ static void tokenize_word(tok_ctx *c, size_t a, size_t b) {
     bpe_word(c, n_sym);
 }
 
-static void tokenize_raw(tok_ctx *c, const unsigned char *s, size_t len) {
+static void tokenize_raw(tok_ctx *c, const unsigned char *s, size_t len, size_t off) {
     size_t n = 0, pos = 0;
     while (pos < len) c->cps[n++] = pl_utf8_decode(s, len, &pos);
+    c->frag = s;
+    c->frag_len = len;
+    c->frag_off = off;
     for (size_t i = 0; i < n && c->err == PL_OK;) {
         size_t end = pl_pretok_next(c->v->pretok->kind, c->cps, n, i);
         if (end <= i || end > n) end = i + 1;  /* splitters always advance; belt and braces */
+        c->word_cp = i;
         tokenize_word(c, i, end);
         i = end;
     }
@@ -308,13 +366,14 @@ pl_status pl_vocab_tokenize(const pl_vocab *v, const char *text, size_t len,
 
     for (size_t i = 0; i < nf && c.err == PL_OK; i++) {
         if (f[i].token >= 0) emit(&c, f[i].token);
-        else tokenize_raw(&c, (const unsigned char *)text + f[i].start, f[i].len);
+        else tokenize_raw(&c, (const unsigned char *)text + f[i].start, f[i].len, f[i].start);
     }
 
     free(f);
     free(c.cps);
     free(c.enc);
     free(c.sym);
+    free(c.wbytes);
     free(c.heap);
     if (c.err != PL_OK) {
         free(c.out);

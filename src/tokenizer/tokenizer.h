@@ -45,7 +45,10 @@ int32_t pl_vocab_find(const pl_vocab *v, const char *text, size_t len);
 /* Tokenizes len bytes of text (need not be valid UTF-8: invalid bytes are
  * handled the way llama.cpp does). parse_special: occurrences of control and
  * user-defined tokens' text become those tokens. Does not add BOS.
- * *ids is malloc'd. */
+ * *ids is malloc'd. An input byte that no token can represent (a vocabulary
+ * without that byte's token and no merge covering it) fails the call with
+ * PL_ERR_INVALID_ARG and a message naming the byte and its offset, instead
+ * of llama.cpp's silent drop. */
 pl_status pl_vocab_tokenize(const pl_vocab *v, const char *text, size_t len,
                             bool parse_special, int32_t **ids, size_t *n_ids);
 

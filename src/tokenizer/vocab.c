@@ -10,15 +10,24 @@
  *   - a special-token id key out of range is an error (llama.cpp warns and
  *     keeps its default); missing keys mean "none" (llama.cpp's gpt2 default
  *     of bos = eos = 11 is a legacy of GPT-2 itself and is not copied);
- *   - a merge without a space separating two non-empty halves is an error
- *     (llama.cpp silently records it as the pair ("", ""), which can never
- *     match); merges whose halves are not tokens are accepted, as llama.cpp
- *     does (the BPE can still form such symbols);
+ *   - a merge must be exactly two non-empty halves around exactly one
+ *     space, else loading fails: llama.cpp records one without a space as
+ *     the pair ("", ""), which can never match, and splits one with more
+ *     spaces at the first space after position 0 ("a b x y" -> "a" and
+ *     "b x y", checked with the reference build), which silently disables
+ *     the merge the file meant and so changes the tokenization. Byte-level
+ *     BPE text never holds a raw space (it is spelled U+0120), so a correct
+ *     file has none of those. Merges whose halves are not tokens are
+ *     accepted, as llama.cpp does (the BPE can still form such symbols);
  *   - a missing tokenizer.ggml.pre is an error rather than llama.cpp's
  *     generic "default" pre-tokenizer, which is not implemented.
- * Everything else (empty tokens renamed "[EMPTY_<id>]", duplicate token
- * texts rejected, text-based EOG / EOT / FIM detection, first merge of a
- * duplicated pair wins) is as llama.cpp does it.
+ *   - an empty token text stays empty: the token is a piece of zero bytes
+ *     (detokenizes to nothing) that no text looks up and that never matches
+ *     as a special token. llama.cpp renames it "[EMPTY_<id>]" (with a
+ *     warning), so generating it printed that made-up text.
+ * Everything else (duplicate token texts rejected, text-based EOG / EOT /
+ * FIM detection, first merge of a duplicated pair wins) is as llama.cpp
+ * does it.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,13 +261,12 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
                          (unsigned long long)n, PL_VOCAB_MAX_TOKENS);
     v->n_tokens = (int32_t)n;
 
-    /* First pass: arena size. An empty token is stored as "[EMPTY_<id>]"
-     * (llama.cpp does the same, so lookups of that text agree). */
+    /* First pass: arena size. */
     uint64_t total = 0;
     for (uint64_t i = 0; i < n; i++) {
         pl_gguf_str s;
         PL_TRY(pl_gguf_arr_str(g, K_TOKENS, i, &s));
-        total += (s.len ? s.len : 24) + 1;
+        total += s.len + 1;
         if (total > PL_VOCAB_MAX_ARENA)
             return pl_errorf(PL_ERR_FORMAT, "%s: %s texts are too large (over %u bytes)", pl_gguf_name(g), K_TOKENS, PL_VOCAB_MAX_ARENA);
     }
@@ -277,13 +285,8 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
         pl_gguf_str s;
         PL_TRY(pl_gguf_arr_str(g, K_TOKENS, i, &s));
         char *dst = v->arena + off;
-        uint32_t len;
-        if (s.len) {
-            memcpy(dst, s.ptr, s.len);
-            len = (uint32_t)s.len;
-        } else {
-            len = (uint32_t)snprintf(dst, 24, "[EMPTY_%llu]", (unsigned long long)i);
-        }
+        uint32_t len = (uint32_t)s.len;
+        if (len) memcpy(dst, s.ptr, len);
         dst[len] = 0;
         v->tok_off[i] = off;
         v->tok_len[i] = len;
@@ -303,6 +306,9 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
             const char *text = v->arena + v->tok_off[i];
             uint32_t len = v->tok_len[i];
             uint64_t h = hash[j] & v->tok_map_mask;
+            /* Empty tokens are not looked up by text: no word or merge is
+             * empty, and several of them are not duplicates of each other. */
+            if (len == 0) continue;
             for (;;) {
                 pl_tok_slot *slot = &v->tok_map[h];
                 if (slot->id1 == 0) {
@@ -476,13 +482,14 @@ static pl_status load_merges(pl_vocab *v, const pl_gguf *g) {
             pl_gguf_str s;
             st = pl_gguf_arr_str(g, K_MERGES, i, &s);
             if (st != PL_OK) break;
-            /* Split at the first space after position 0, like llama.cpp
-             * (word.find(' ', 1)), so a left half may itself start with a space. */
-            const char *sp = s.len > 1 ? memchr(s.ptr + 1, ' ', s.len - 1) : NULL;
-            if (!sp || (uint64_t)(sp - s.ptr) + 1 >= s.len) {
+            /* Exactly one space, with text on both sides (see the top). */
+            const char *sp = s.len ? memchr(s.ptr, ' ', s.len) : NULL;
+            if (!sp || sp == s.ptr || (uint64_t)(sp - s.ptr) + 1 >= s.len ||
+                memchr(sp + 1, ' ', s.len - (uint64_t)(sp - s.ptr) - 1)) {
                 char buf[300];
                 printable(s, buf, sizeof buf);
-                st = pl_errorf(PL_ERR_FORMAT, "%s: %s[%llu] = '%s' is not two halves separated by a space",
+                st = pl_errorf(PL_ERR_FORMAT,
+                               "%s: %s[%llu] = '%s' is not two non-empty halves separated by exactly one space",
                                pl_gguf_name(g), K_MERGES, (unsigned long long)i, buf);
                 break;
             }
@@ -699,8 +706,10 @@ static int cmp_len_id(const void *pa, const void *pb) {
 static pl_status build_special_cache(pl_vocab *v, const pl_gguf *g) {
     const uint16_t mask = PL_ATTR_CONTROL | PL_ATTR_USER_DEFINED | PL_ATTR_UNKNOWN;
     int32_t n = 0;
+    /* An empty text matches nowhere (and would match everywhere in the
+     * partition's search), so empty tokens are not special here. */
     for (int32_t id = 0; id < v->n_tokens; id++)
-        if (v->attr[id] & mask) n++;
+        if ((v->attr[id] & mask) && v->tok_len[id] > 0) n++;
     v->special = malloc((size_t)(n ? n : 1) * sizeof *v->special);
     len_id *tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
     if (!v->special || !tmp) {
@@ -709,7 +718,7 @@ static pl_status build_special_cache(pl_vocab *v, const pl_gguf *g) {
     }
     int32_t k = 0;
     for (int32_t id = 0; id < v->n_tokens; id++)
-        if (v->attr[id] & mask) tmp[k++] = (len_id){v->tok_len[id], id};
+        if ((v->attr[id] & mask) && v->tok_len[id] > 0) tmp[k++] = (len_id){v->tok_len[id], id};
     qsort(tmp, (size_t)n, sizeof *tmp, cmp_len_id);
     for (int32_t i = 0; i < n; i++) v->special[i] = tmp[i].id;
     free(tmp);

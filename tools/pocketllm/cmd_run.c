@@ -178,6 +178,8 @@ static int cmd_run(int argc, char **argv) {
     double t2 = now_ms();
     for (long long step = 0; step < max_tokens; step++) {
         int32_t tok = pl_sampler_sample(smp, logits);
+        /* -1: the logits were NaN/Inf (the reason is in pl_last_error) */
+        if (tok < 0) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
         gen[n_gen++] = tok;
         if (pl_token_is_eog(model, tok)) { finish = "stop"; break; }
         char piece[256];
