@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 double pl_srv_now(void) {
     struct timespec ts;
@@ -391,6 +394,16 @@ out:
 }
 
 pl_status pl_srv_sched_start(pl_srv *s) {
+#ifdef __GLIBC__
+    /* Request buffers of a megabyte and more (bodies, parsed texts, token
+     * ids) get their own mappings, returned to the OS when freed. glibc's
+     * default threshold rises to the largest block freed (up to 32 MiB), after
+     * which such buffers come from the per-thread arenas and stay resident
+     * when freed (malloc_trim does not shrink those arenas' tops): a burst of
+     * 8 MB requests left ~40 MiB behind. Set after the model is loaded; the
+     * forward steps allocate nothing this large. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     s->slot_seq = calloc((size_t)s->n_seq, sizeof *s->slot_seq);
     if (!s->slot_seq) return PL_ERR_NO_MEMORY;
     if (pthread_create(&s->sched, NULL, sched_main, s) != 0) return PL_ERR_INTERNAL;
