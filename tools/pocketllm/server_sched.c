@@ -102,8 +102,24 @@ int pl_srv_submit(pl_srv *s, pl_srv_request *r) {
 
 void pl_srv_cancel(pl_srv *s, pl_srv_request *r) {
     if (atomic_exchange(&r->cancelled, true)) return;
-    /* Wake the scheduler: it drops queued requests only when it runs. */
+    /* A request still waiting for a slot leaves the queue now. Leaving it
+     * for the scheduler to drop kept its place for as long as the forward
+     * step in progress ran (seconds for a long prefill), and clients that
+     * hung up and came back were refused as "busy" meanwhile. A running
+     * request's slots are freed at the start of the next step. */
     pthread_mutex_lock(&s->mu);
+    pl_srv_request *prev = NULL;
+    for (pl_srv_request *q = s->q_head; q; prev = q, q = q->next) {
+        if (q != r) continue;
+        if (prev) prev->next = r->next;
+        else s->q_head = r->next;
+        if (s->q_tail == r) s->q_tail = prev;
+        s->q_len--;
+        s->m_cancelled++;
+        r->next = NULL;
+        pl_srv_request_unref(r); /* the queue's reference; the caller holds its own */
+        break;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
