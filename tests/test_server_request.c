@@ -25,6 +25,7 @@ static pl_srv_request *parse(pl_srv_kind kind, const char *body, pl_srv_error *e
  * for a long prefill). Here no scheduler runs at all. */
 static void test_cancel_frees_queue_place(void) {
     S.cfg.queue = 2;
+    S.slots_busy = S.n_seq; /* every slot taken: only the queue is left */
     pl_srv_error e;
     pl_srv_request *r[3];
     for (int i = 0; i < 3; i++) {
@@ -51,6 +52,39 @@ static void test_cancel_frees_queue_place(void) {
         CHECK(atomic_load(&r[i]->refs) == 1, "request %d: refs %d", i, atomic_load(&r[i]->refs));
         pl_srv_request_unref(r[i]);
     }
+}
+
+/* --queue counts requests that wait for a slot: queued requests that free
+ * slots will take are not waiting. A slot freed in the middle of a step is
+ * claimed only after it, and a client that got its answer and came straight
+ * back was refused as busy meanwhile (and --queue 0 refused everything). */
+static void test_free_slots_count(void) {
+    pl_srv_error e;
+    pl_srv_request *r[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = parse(PL_SRV_COMPLETION, "{\"prompt\": \"hello\", \"max_tokens\": 2}", &e);
+        CHECK(r[i] != NULL, "parse: %s", e.message);
+        if (!r[i]) return;
+    }
+    S.cfg.queue = 2;
+    S.slots_busy = S.n_seq - 1; /* one slot free (n_seq is 2) */
+    for (int i = 0; i < 3; i++) CHECK(pl_srv_submit(&S, r[i]) == 0, "request %d: queue 2 + 1 free slot", i);
+    CHECK(pl_srv_submit(&S, r[3]) == -1, "a fourth would wait beyond the queue");
+    for (int i = 0; i < 3; i++) {
+        pl_srv_cancel(&S, r[i]);
+        pl_srv_request_unref(r[i]);
+        r[i] = parse(PL_SRV_COMPLETION, "{\"prompt\": \"hello\", \"max_tokens\": 2}", &e);
+        if (!r[i]) return;
+    }
+    S.cfg.queue = 0;
+    S.slots_busy = 0;
+    CHECK(pl_srv_submit(&S, r[0]) == 0 && pl_srv_submit(&S, r[1]) == 0, "--queue 0 with two free slots: two run");
+    CHECK(pl_srv_submit(&S, r[3]) == -1, "--queue 0: a third would wait");
+    pl_srv_cancel(&S, r[0]);
+    pl_srv_cancel(&S, r[1]);
+    CHECK(S.q_len == 0, "queue empty (%d)", S.q_len);
+    for (int i = 0; i < 4; i++) pl_srv_request_unref(r[i]);
+    S.m_cancelled = 0;
 }
 
 /* jansson's messages can name its flags ("\u0000 is not allowed without
@@ -244,6 +278,7 @@ int main(void) {
         return 1;
     }
     test_cancel_frees_queue_place();
+    test_free_slots_count();
     test_body_messages();
     test_body_text_scan();
     test_prompt_byte_bound();

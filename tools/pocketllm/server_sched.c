@@ -83,7 +83,13 @@ void pl_srv_request_unref(pl_srv_request *r) {
 int pl_srv_submit(pl_srv *s, pl_srv_request *r) {
     pthread_mutex_lock(&s->mu);
     s->m_requests++;
-    if (s->stop_sched || s->q_len >= s->cfg.queue) {
+    /* --queue counts requests that wait for a slot. Queued requests that
+     * free slots will take at the scheduler's next turn are not waiting: a
+     * slot freed in the middle of a step (its request done, the response on
+     * its way) is only claimed after the step, and a client that got its
+     * answer and sent the next request at once was refused as busy. */
+    int free_now = s->n_seq - s->slots_busy;
+    if (s->stop_sched || s->q_len >= s->cfg.queue + (free_now > 0 ? free_now : 0)) {
         s->m_rejected++;
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -126,6 +132,12 @@ void pl_srv_cancel(pl_srv *s, pl_srv_request *r) {
 
 /* ---- scheduler thread ------------------------------------------------------*/
 
+static int free_slots(pl_srv *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
+    return n;
+}
+
 /* Marks seq finished and frees its slot. Returns true when that was the last
  * running sequence of its request (the scheduler then drops its reference). */
 static bool seq_finish(pl_srv *s, pl_srv_seq *q, const char *finish) {
@@ -133,6 +145,10 @@ static bool seq_finish(pl_srv *s, pl_srv_seq *q, const char *finish) {
     if (q->slot >= 0) {
         s->slot_seq[q->slot] = NULL;
         q->slot = -1;
+        /* At once, not after the step: pl_srv_submit counts free slots. */
+        pthread_mutex_lock(&s->mu);
+        s->slots_busy = s->n_seq - free_slots(s);
+        pthread_mutex_unlock(&s->mu);
     }
     q->state = PL_SEQ_DONE;
     pthread_mutex_lock(&r->mu);
@@ -161,12 +177,6 @@ static void request_fail(pl_srv *s, pl_srv_request *r, int http, const char *msg
     for (int i = 0; i < r->n_seqs; i++)
         if (r->seqs[i].state != PL_SEQ_DONE) last = seq_finish(s, &r->seqs[i], "error");
     if (last) pl_srv_request_unref(r);
-}
-
-static int free_slots(pl_srv *s) {
-    int n = 0;
-    for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
-    return n;
 }
 
 /* Under s->mu: drops cancelled requests from the queue, then admits from the
