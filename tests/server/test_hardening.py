@@ -147,7 +147,9 @@ def test_hung_up_streams_free_queue_places(make_server):
     open streams, hang up after the first chunk and come back 0.3 s later.
     No request may be refused as busy: a hung-up client's queue place must be
     free well before it comes back. Before the fix a cancelled request kept
-    its place until the scheduler's next step, after the long prefill."""
+    its place until the scheduler's next step, after the long prefill (58
+    of 132 refused); and a slot freed mid-step did not count as room until
+    the step ended (1 in ~125 refused)."""
     s = make_server("--parallel", "1", "--queue", "3", "--ctx", "4096", "--batch", "4096", "--metrics")
     words = " ".join(f"w{i % 97}" for i in range(1400))  # ~3-4k tokens
     stop_at = time.time() + float(os.environ.get("POCKETLLM_DROP_SECONDS", "12"))
