@@ -45,10 +45,6 @@ json_t *pl_srv_error_json(const pl_srv_error *e) {
     return json_pack("{s:o}", "error", err ? err : json_object());
 }
 
-/* jansson's error texts are written for programmers: some name its flags
- * ("\u0000 is not allowed without JSON_ALLOW_NUL") or its limits. Those get
- * a message in the API's terms; the others ("'}' expected near ',') describe
- * the client's JSON well enough and are kept. */
 /* The decoded length of the longest string literal in a JSON text, computed
  * without building anything. Lenient: malformed input gives some length and
  * is left for the parser to refuse. */
@@ -75,13 +71,17 @@ static size_t longest_json_string(const char *p, size_t n) {
     return longest;
 }
 
+/* jansson's error texts are written for programmers: some name its flags
+ * ("\u0000 is not allowed without JSON_ALLOW_NUL") or its limits. Those get
+ * a message in the API's terms; the others ("'}' expected near ',') describe
+ * the client's JSON well enough and are kept. */
 json_t *pl_srv_body_json(pl_srv *s, const char *p, size_t n, pl_srv_error *e) {
     /* No text of a request may be longer than 4x what the context can hold
      * (the most check_message_bytes lets through; any one text that long
-     * cannot fit the context either). Parsing a body costs
-     * about twice its size on top of it (jansson's token buffer and the
-     * decoded strings), so a body holding a string that is certainly too
-     * long is refused before it is parsed. */
+     * cannot fit the context either). Parsing a body costs about twice its
+     * size on top of it (jansson's token buffer and the decoded strings), so
+     * a body holding a string that is certainly too long is refused before
+     * it is parsed. */
     if (s && s->model && n / 4 > pl_srv_prompt_byte_bound(s)) {
         size_t longest = longest_json_string(p, n), cap = 4 * pl_srv_prompt_byte_bound(s);
         if (longest > cap) {
@@ -125,8 +125,9 @@ json_t *pl_srv_body_json(pl_srv *s, const char *p, size_t n, pl_srv_error *e) {
 }
 
 /* Each token stands for the bytes of its text (the gpt2 byte-level
- * tokenizer neither drops nor merges input bytes, and special tokens match
- * their own text), so a text of B bytes has at least B / max_piece tokens.
+ * tokenizer neither drops nor merges input bytes of valid UTF-8, which every
+ * JSON string is, and special tokens match their own text), so a text of B
+ * bytes has at least B / max_piece tokens. fuzz_request checks this.
  * Measured once per model: one pass over the vocabulary. */
 size_t pl_srv_prompt_byte_bound(pl_srv *s) {
     size_t m = atomic_load(&s->max_piece);
