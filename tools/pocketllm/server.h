@@ -167,6 +167,9 @@ typedef struct pl_srv {
     struct MHD_Daemon *daemon;
     int bound_port;
     void *http_impl;             /* connection registry and watchdog (server_http.c) */
+
+    /* request limits (server_openai.c) */
+    _Atomic size_t max_piece;    /* bytes of the longest token text; 0 = not measured yet */
 } pl_srv;
 
 /* server_sched.c */
@@ -183,6 +186,15 @@ double pl_srv_now(void);
 void pl_srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* server_openai.c */
+/* Parses a request body (the bytes as received) into a JSON object. The
+ * error messages are for clients: jansson's own texts can name its flags.
+ * With s (may be NULL), a body holding a text that certainly cannot fit s's
+ * context is refused before it is parsed. */
+json_t *pl_srv_body_json(pl_srv *s, const char *p, size_t n, pl_srv_error *e);
+/* Text of more bytes than this cannot fit the context (every token stands for
+ * at most the longest token text's bytes), so it is refused before it is
+ * tokenized. */
+size_t pl_srv_prompt_byte_bound(pl_srv *s);
 /* Validates an OpenAI request body and builds the request (prompt tokenized).
  * Returns NULL and fills e on error. */
 pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, pl_srv_error *e);

@@ -285,7 +285,7 @@ int pl_srv_chat_prompt(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **id
      * reach); message texts never appear in T at all. */
     static atomic_uint counter;
     char nonce[40];
-    snprintf(nonce, sizeof nonce, "%08x%08x", (unsigned)(pl_srv_now() * 1e9), atomic_fetch_add(&counter, 1u));
+    snprintf(nonce, sizeof nonce, "%08x%08x", (unsigned)(uint64_t)(pl_srv_now() * 1e9), atomic_fetch_add(&counter, 1u));
     bool safe = true;
 
     if (!texts || !masked || !ctx) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto out; }

@@ -175,20 +175,10 @@ static void deadline_in(struct timespec *ts, long ms) {
     ts->tv_nsec %= 1000000000L;
 }
 
-static json_t *load_body(conn_ctx *cc, pl_srv_error *e) {
-    json_error_t je;
-    json_t *j = json_loadb(cc->body.p ? cc->body.p : "", cc->body.n, 0, &je);
-    if (!j) {
-        pl_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
-                    je.column);
-        return NULL;
-    }
-    if (!json_is_object(j)) {
-        json_decref(j);
-        pl_srv_fail(e, 400, NULL, "invalid_type", "the request body must be a JSON object");
-        return NULL;
-    }
-    return j;
+static json_t *load_body(pl_srv *s, conn_ctx *cc, pl_srv_error *e) {
+    /* server_openai.c: client-facing messages instead of jansson's texts,
+     * and (with s) texts too long for the context refused before parsing. */
+    return pl_srv_body_json(s, cc->body.p, cc->body.n, e);
 }
 
 /* ---- connections: registry, limits, deadlines -----------------------------------*/
@@ -474,7 +464,7 @@ static enum MHD_Result handle_generate(pl_srv *s, struct MHD_Connection *c, conn
         return fail(c, 503, NULL, "model_loading", "the model is still loading");
     pl_srv_error e;
     memset(&e, 0, sizeof e);
-    json_t *body = load_body(cc, &e);
+    json_t *body = load_body(s, cc, &e);
     if (!body) return send_error(c, &e);
     pl_srv_request *r = pl_srv_parse_request(s, kind, body, &e);
     json_decref(body);
@@ -562,7 +552,7 @@ static enum MHD_Result handle_generate(pl_srv *s, struct MHD_Connection *c, conn
 static enum MHD_Result handle_tokenize(pl_srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     if (atomic_load(&s->state) != PL_SRV_READY) return fail(c, 503, NULL, "model_loading", "the model is still loading");
     pl_srv_error e;
-    json_t *body = load_body(cc, &e);
+    json_t *body = load_body(NULL, cc, &e);
     if (!body) return send_error(c, &e);
     json_t *content = json_object_get(body, "content"), *as = json_object_get(body, "add_special"),
            *ps = json_object_get(body, "parse_special");
@@ -593,7 +583,7 @@ static enum MHD_Result handle_tokenize(pl_srv *s, struct MHD_Connection *c, conn
 static enum MHD_Result handle_detokenize(pl_srv *s, struct MHD_Connection *c, conn_ctx *cc) {
     if (atomic_load(&s->state) != PL_SRV_READY) return fail(c, 503, NULL, "model_loading", "the model is still loading");
     pl_srv_error e;
-    json_t *body = load_body(cc, &e);
+    json_t *body = load_body(NULL, cc, &e);
     if (!body) return send_error(c, &e);
     json_t *toks = json_object_get(body, "tokens");
     enum MHD_Result ret;

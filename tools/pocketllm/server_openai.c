@@ -45,6 +45,117 @@ json_t *pl_srv_error_json(const pl_srv_error *e) {
     return json_pack("{s:o}", "error", err ? err : json_object());
 }
 
+/* The decoded length of the longest string literal in a JSON text, computed
+ * without building anything. Lenient: malformed input gives some length and
+ * is left for the parser to refuse. */
+static size_t longest_json_string(const char *p, size_t n) {
+    size_t longest = 0, i = 0;
+    while (i < n) {
+        if (p[i++] != '"') continue;
+        size_t len = 0;
+        while (i < n && p[i] != '"') {
+            if (p[i] != '\\') { len++; i++; continue; }
+            if (i + 1 < n && p[i + 1] == 'u' && i + 6 <= n) {
+                unsigned cp = (unsigned)strtoul((char[5]){p[i + 2], p[i + 3], p[i + 4], p[i + 5], 0}, NULL, 16);
+                /* UTF-8 length; a surrogate pair is 12 bytes of escapes for 4 of text */
+                len += cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp >= 0xD800 && cp <= 0xDFFF ? 2 : 3;
+                i += 6;
+            } else {
+                len++;
+                i += 2;
+            }
+        }
+        i++;
+        if (len > longest) longest = len;
+    }
+    return longest;
+}
+
+/* jansson's error texts are written for programmers: some name its flags
+ * ("\u0000 is not allowed without JSON_ALLOW_NUL") or its limits. Those get
+ * a message in the API's terms; the others ("'}' expected near ',') describe
+ * the client's JSON well enough and are kept. */
+json_t *pl_srv_body_json(pl_srv *s, const char *p, size_t n, pl_srv_error *e) {
+    /* No text of a request may be longer than 4x what the context can hold
+     * (the most check_message_bytes lets through; any one text that long
+     * cannot fit the context either). Parsing a body costs about twice its
+     * size on top of it (jansson's token buffer and the decoded strings), so
+     * a body holding a string that is certainly too long is refused before
+     * it is parsed. */
+    if (s && s->model && n / 4 > pl_srv_prompt_byte_bound(s)) {
+        size_t longest = longest_json_string(p, n), cap = 4 * pl_srv_prompt_byte_bound(s);
+        if (longest > cap) {
+            pl_srv_fail(e, 400, NULL, "context_length_exceeded",
+                        "This model's maximum context length is %d tokens, but the request holds a text of %zu "
+                        "bytes: more than %d tokens (no token is longer than %zu bytes)",
+                        s->n_ctx, longest, s->n_ctx, cap / 4 / (size_t)s->n_ctx);
+            return NULL;
+        }
+    }
+    json_error_t je;
+    json_t *j = json_loadb(p ? p : "", p ? n : 0, 0, &je);
+    if (!j) {
+        const char *why = NULL;
+        switch (json_error_code(&je)) {
+        case json_error_null_character: why = "strings must not contain NUL characters (\\u0000)"; break;
+        case json_error_null_byte_in_key: why = "object keys must not contain NUL characters (\\u0000)"; break;
+        case json_error_stack_overflow: why = "the JSON is nested too deeply"; break;
+        case json_error_invalid_utf8: why = "the body is not valid UTF-8"; break;
+        case json_error_out_of_memory:
+            pl_srv_fail(e, 500, NULL, NULL, "out of memory while reading the request body");
+            return NULL;
+        case json_error_duplicate_key: why = "an object has the same key twice"; break;
+        case json_error_numeric_overflow: why = "a number is too large"; break;
+        default: break;
+        }
+        if (why)
+            pl_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON body: %s (line %d, column %d)", why, je.line,
+                        je.column);
+        else
+            pl_srv_fail(e, 400, NULL, "invalid_json", "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
+                        je.column);
+        return NULL;
+    }
+    if (!json_is_object(j)) {
+        json_decref(j);
+        pl_srv_fail(e, 400, NULL, "invalid_type", "the request body must be a JSON object");
+        return NULL;
+    }
+    return j;
+}
+
+/* Each token stands for the bytes of its text (the gpt2 byte-level
+ * tokenizer neither drops nor merges input bytes of valid UTF-8, which every
+ * JSON string is, and special tokens match their own text), so a text of B
+ * bytes has at least B / max_piece tokens. fuzz_request checks this.
+ * Measured once per model: one pass over the vocabulary. */
+size_t pl_srv_prompt_byte_bound(pl_srv *s) {
+    size_t m = atomic_load(&s->max_piece);
+    if (!m) {
+        char buf[8];
+        for (int32_t id = 0; id < s->n_vocab; id++) {
+            size_t len = 0;
+            pl_token_to_piece(s->model, id, true, buf, sizeof buf, &len); /* len: the size it needs */
+            if (len > m) m = len;
+        }
+        if (m < 1) m = 1;
+        atomic_store(&s->max_piece, m); /* racing threads store the same value */
+    }
+    return (size_t)(s->n_ctx > 0 ? s->n_ctx : 0) * m;
+}
+
+/* A text that cannot fit the context: refused before tokenizing it, which
+ * for megabytes of text costs hundreds of megabytes (ids and the tokenizer's
+ * work arrays) and seconds. Never refuses a text that could fit. */
+static int check_text_bytes(pl_srv *s, size_t bytes, const char *param, pl_srv_error *e) {
+    size_t bound = pl_srv_prompt_byte_bound(s);
+    if (bytes <= bound) return 0;
+    return pl_srv_fail(e, 400, param, "context_length_exceeded",
+                       "This model's maximum context length is %d tokens, but the prompt is %zu bytes long: more "
+                       "than %d tokens (no token is longer than %zu bytes)",
+                       s->n_ctx, bytes, s->n_ctx, bound / (s->n_ctx > 0 ? (size_t)s->n_ctx : 1));
+}
+
 /* Ids and default seeds: a splitmix64 stream seeded once per process. */
 static uint64_t srv_random(void) {
     static _Atomic uint64_t state;
@@ -254,6 +365,38 @@ bad:
     return NULL;
 }
 
+/* The size checks of check_text_bytes for a conversation, on the normalized
+ * messages, before the template renders them and every text is tokenized.
+ * Counted against the context: the texts every template renders. Not
+ * counted: reasoning (reasoning_content, and an assistant content's part up
+ * to its last "</think>"), which templates such as Qwen3's drop from earlier
+ * turns, so counting it could refuse a conversation that fits. All text is
+ * still tokenized once on its own (server_chat.c looks for special-token
+ * text in every message), so the whole is capped too, at 4x what the
+ * context can hold: a resource limit, answered as one (413). */
+static int check_message_bytes(pl_srv *s, json_t *msgs, pl_srv_error *e) {
+    size_t kept = 0, all = 0, i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        json_t *c = json_object_get(m, "content"), *rc = json_object_get(m, "reasoning_content");
+        const char *text = json_string_value(c);
+        size_t n = json_string_length(c);
+        all += n + json_string_length(rc);
+        if (text && !strcmp(json_string_value(json_object_get(m, "role")), "assistant")) {
+            for (size_t k = n; k >= 8; k--)
+                if (!memcmp(text + k - 8, "</think>", 8)) { n -= k; break; }
+        }
+        kept += n;
+    }
+    if (check_text_bytes(s, kept, "messages", e)) return -1;
+    size_t bound = pl_srv_prompt_byte_bound(s), cap = bound > ((size_t)-1) / 4 ? (size_t)-1 : 4 * bound;
+    if (all > cap)
+        return pl_srv_fail(e, 413, "messages", "request_too_large",
+                           "the messages hold %zu bytes of text; this server accepts at most %zu (4 times what "
+                           "its context of %d tokens can hold)", all, cap, s->n_ctx);
+    return 0;
+}
+
 /* ---- prompts ----------------------------------------------------------------*/
 
 static int add_prompt(pl_srv_request *r, int32_t *ids, size_t n) {
@@ -271,6 +414,10 @@ static int add_prompt(pl_srv_request *r, int32_t *ids, size_t n) {
 
 static int token_array(pl_srv *s, json_t *arr, const char *where, int32_t **ids, size_t *n, pl_srv_error *e) {
     size_t len = json_array_size(arr);
+    if (len > (size_t)s->n_ctx)
+        return pl_srv_fail(e, 400, "prompt", "context_length_exceeded",
+                           "This model's maximum context length is %d tokens, but the prompt has %zu tokens",
+                           s->n_ctx, len);
     int32_t *t = malloc((len ? len : 1) * sizeof *t);
     if (!t) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
     for (size_t i = 0; i < len; i++) {
@@ -293,6 +440,7 @@ static int completion_prompts(pl_srv *s, json_t *p, pl_srv_request *r, pl_srv_er
     int32_t *ids;
     size_t n;
     if (json_is_string(p)) {
+        if (check_text_bytes(s, json_string_length(p), "prompt", e)) return -1;
         if (pl_tokenize(s->model, json_string_value(p), json_string_length(p), true, NULL, &ids, &n) != PL_OK)
             return pl_srv_fail(e, 400, "prompt", NULL, "cannot tokenize the prompt: %s", pl_last_error());
         return add_prompt(r, ids, n) ? pl_srv_fail(e, 500, NULL, NULL, "out of memory") : 0;
@@ -311,6 +459,7 @@ static int completion_prompts(pl_srv *s, json_t *p, pl_srv_request *r, pl_srv_er
         char where[32];
         snprintf(where, sizeof where, "prompt[%zu]", i);
         if (json_is_string(v)) {
+            if (check_text_bytes(s, json_string_length(v), "prompt", e)) return -1;
             if (pl_tokenize(s->model, json_string_value(v), json_string_length(v), true, NULL, &ids, &n) != PL_OK)
                 return pl_srv_fail(e, 400, "prompt", NULL, "cannot tokenize %s: %s", where, pl_last_error());
         } else if (json_is_array(v)) {
@@ -458,12 +607,23 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
         }
         msgs = normalize_messages(json_object_get(body, "messages"), e);
         if (!msgs) goto bad;
+        if (check_message_bytes(s, msgs, e)) goto bad;
         int32_t *ids = NULL;
         size_t n = 0;
         if (pl_srv_chat_prompt(s, msgs, kwargs, &ids, &n, &r->think_open, e)) goto bad;
         if (add_prompt(r, ids, n)) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
     } else {
-        if (completion_prompts(s, json_object_get(body, "prompt"), r, e)) goto bad;
+        /* A batch that needs more slots than there are is refused before any
+         * of its prompts is tokenized (the same answer as below). */
+        json_t *p = json_object_get(body, "prompt");
+        size_t np = json_is_array(p) && !json_is_integer(json_array_get(p, 0)) ? json_array_size(p) : 1;
+        if ((long long)np * n_choices > s->n_seq) {
+            pl_srv_fail(e, 400, "n", "invalid_value",
+                        "%lld choices x %zu prompts need more sequences than the server runs in parallel (%d)",
+                        n_choices, np, s->n_seq);
+            goto bad;
+        }
+        if (completion_prompts(s, p, r, e)) goto bad;
     }
     const char *pname = kind == PL_SRV_CHAT ? "messages" : "prompt";
     for (int i = 0; i < r->n_prompts; i++) {

@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 double pl_srv_now(void) {
     struct timespec ts;
@@ -80,7 +83,13 @@ void pl_srv_request_unref(pl_srv_request *r) {
 int pl_srv_submit(pl_srv *s, pl_srv_request *r) {
     pthread_mutex_lock(&s->mu);
     s->m_requests++;
-    if (s->stop_sched || s->q_len >= s->cfg.queue) {
+    /* --queue counts requests that wait for a slot. Queued requests that
+     * free slots will take at the scheduler's next turn are not waiting: a
+     * slot freed in the middle of a step (its request done, the response on
+     * its way) is only claimed after the step, and a client that got its
+     * answer and sent the next request at once was refused as busy. */
+    int free_now = s->n_seq - s->slots_busy;
+    if (s->stop_sched || s->q_len >= s->cfg.queue + (free_now > 0 ? free_now : 0)) {
         s->m_rejected++;
         pthread_mutex_unlock(&s->mu);
         return -1;
@@ -99,13 +108,35 @@ int pl_srv_submit(pl_srv *s, pl_srv_request *r) {
 
 void pl_srv_cancel(pl_srv *s, pl_srv_request *r) {
     if (atomic_exchange(&r->cancelled, true)) return;
-    /* Wake the scheduler: it drops queued requests only when it runs. */
+    /* A request still waiting for a slot leaves the queue now. Leaving it
+     * for the scheduler to drop kept its place for as long as the forward
+     * step in progress ran (seconds for a long prefill), and clients that
+     * hung up and came back were refused as "busy" meanwhile. A running
+     * request's slots are freed at the start of the next step. */
     pthread_mutex_lock(&s->mu);
+    pl_srv_request *prev = NULL;
+    for (pl_srv_request *q = s->q_head; q; prev = q, q = q->next) {
+        if (q != r) continue;
+        if (prev) prev->next = r->next;
+        else s->q_head = r->next;
+        if (s->q_tail == r) s->q_tail = prev;
+        s->q_len--;
+        s->m_cancelled++;
+        r->next = NULL;
+        pl_srv_request_unref(r); /* the queue's reference; the caller holds its own */
+        break;
+    }
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 
 /* ---- scheduler thread ------------------------------------------------------*/
+
+static int free_slots(pl_srv *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
+    return n;
+}
 
 /* Marks seq finished and frees its slot. Returns true when that was the last
  * running sequence of its request (the scheduler then drops its reference). */
@@ -114,6 +145,10 @@ static bool seq_finish(pl_srv *s, pl_srv_seq *q, const char *finish) {
     if (q->slot >= 0) {
         s->slot_seq[q->slot] = NULL;
         q->slot = -1;
+        /* At once, not after the step: pl_srv_submit counts free slots. */
+        pthread_mutex_lock(&s->mu);
+        s->slots_busy = s->n_seq - free_slots(s);
+        pthread_mutex_unlock(&s->mu);
     }
     q->state = PL_SEQ_DONE;
     pthread_mutex_lock(&r->mu);
@@ -142,12 +177,6 @@ static void request_fail(pl_srv *s, pl_srv_request *r, int http, const char *msg
     for (int i = 0; i < r->n_seqs; i++)
         if (r->seqs[i].state != PL_SEQ_DONE) last = seq_finish(s, &r->seqs[i], "error");
     if (last) pl_srv_request_unref(r);
-}
-
-static int free_slots(pl_srv *s) {
-    int n = 0;
-    for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
-    return n;
 }
 
 /* Under s->mu: drops cancelled requests from the queue, then admits from the
@@ -391,6 +420,16 @@ out:
 }
 
 pl_status pl_srv_sched_start(pl_srv *s) {
+#ifdef __GLIBC__
+    /* Request buffers of a megabyte and more (bodies, parsed texts, token
+     * ids) get their own mappings, returned to the OS when freed. glibc's
+     * default threshold rises to the largest block freed (up to 32 MiB), after
+     * which such buffers come from the per-thread arenas and stay resident
+     * when freed (malloc_trim does not shrink those arenas' tops): a burst of
+     * 8 MB requests left ~40 MiB behind. Set after the model is loaded; the
+     * forward steps allocate nothing this large. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
     s->slot_seq = calloc((size_t)s->n_seq, sizeof *s->slot_seq);
     if (!s->slot_seq) return PL_ERR_NO_MEMORY;
     if (pthread_create(&s->sched, NULL, sched_main, s) != 0) return PL_ERR_INTERNAL;
