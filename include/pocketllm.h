@@ -171,6 +171,48 @@ PL_API void pl_sampler_free(pl_sampler *s);
  * arithmetic: corrupt or badly quantized weights). */
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits);
 
+/* ---- sampling: penalties, logit bias, log-probabilities ---------------------
+ * Additive to the sampler above; all off unless set, and a sampler with none
+ * set samples exactly as before (same speed, same draws).
+ *
+ * Order (llama.cpp's common sampler chain): logit bias -> repetition
+ * penalty -> frequency/presence penalties -> top-k -> top-p -> min-p ->
+ * temperature -> draw. Greedy is the argmax of the modified row. */
+
+/* repeat_penalty: llama.cpp's --repeat-penalty (1 = off, > 0): every token
+ * that occurs among the last repeat_last_n tokens of the sequence (prompt
+ * given with pl_sampler_add_history, then every sampled token) has a positive
+ * logit divided by it and a negative one multiplied. repeat_last_n: 0 = off,
+ * -1 = the whole sequence (llama.cpp's default is 64).
+ * frequency_penalty / presence_penalty: OpenAI's (-2..2, 0 = off), over the
+ * GENERATED tokens only: logit[t] -= frequency * count[t] + presence *
+ * (count[t] > 0). PL_ERR_INVALID_ARG for values out of range. */
+PL_API pl_status pl_sampler_set_penalties(pl_sampler *s, float repeat_penalty, int32_t repeat_last_n,
+                                          float frequency_penalty, float presence_penalty);
+/* Adds bias[i] to the logit of ids[i] before anything else (OpenAI's
+ * logit_bias, -100..100: -100 effectively bans a token, 100 forces it).
+ * Replaces any earlier bias; n = 0 clears it. PL_ERR_INVALID_ARG for an id out
+ * of the vocabulary or a bias that is not finite. */
+PL_API pl_status pl_sampler_set_logit_bias(pl_sampler *s, const int32_t *ids, const float *bias, size_t n);
+/* Tokens already in the sequence before generation (the prompt): they count
+ * for repeat_penalty's window, not for frequency/presence. Sampled tokens are
+ * recorded by pl_sampler_sample itself. */
+PL_API pl_status pl_sampler_add_history(pl_sampler *s, const int32_t *ids, size_t n);
+
+typedef struct pl_token_logprob {
+    int32_t token;
+    float logprob;
+} pl_token_logprob;
+/* Log-softmax of a RAW logits row (n_vocab floats, what the model produced,
+ * before bias, penalties and temperature -- the model's own distribution, as
+ * vLLM and llama-server report by default). *logprob receives token's (token
+ * may be -1: none); top receives the n_top most likely tokens, most likely
+ * first (lowest id on ties), found with a heap of n_top, not a sort.
+ * PL_ERR_INVALID_ARG for a bad token or n_top < 0 or > n_vocab; PL_ERR_FORMAT
+ * for a row holding NaN/+Inf. */
+PL_API pl_status pl_logprobs(const float *logits, int32_t n_vocab, int32_t token, float *logprob,
+                             pl_token_logprob *top, int32_t n_top);
+
 /* ---- inspecting a GGUF file (no model needed) -----------------------------*/
 
 /* A GGUF file opened and validated on its own: its metadata, its tensor
