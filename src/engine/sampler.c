@@ -397,7 +397,7 @@ PL_API pl_status pl_logprobs(const float *logits, int32_t n_vocab, int32_t token
     }
     if (mx == -INFINITY) return pl_errorf(PL_ERR_FORMAT, "logprobs: every logit is -inf");
     double z = 0;
-    for (int32_t i = 0; i < n_vocab; i++) z += exp((double)logits[i] - mx);
+    for (int32_t i = 0; i < n_vocab; i++) z += (double)expf(logits[i] - mx); /* float exp: 3x faster, sum in double */
     double lse = (double)mx + log(z);
     /* Heap sort in place: repeatedly move the worst to the end. */
     for (int32_t n = nh; n > 1; n--) {
