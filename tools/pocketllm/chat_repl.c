@@ -333,6 +333,12 @@ int pl_chat_repl(pl_model *m, const pl_chat_opts *o) {
         for (;;) {
             if (g_interrupted) { why = " (interrupted)"; break; }
             int32_t tok = pl_sampler_sample(smp, logits);
+            /* -1: NaN/Inf logits (broken weights); never feed it on as a token */
+            if (tok < 0) {
+                pl_cli_error("%s", pl_last_error());
+                why = " (error)";
+                break;
+            }
             if (pl_token_is_eog(m, tok)) break;
             tb_push(&gen, tok);
             char piece[256];
