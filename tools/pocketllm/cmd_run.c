@@ -28,7 +28,102 @@ static const char *run_usage =
     "  --chat                use the model's chat template: with --prompt, answer that one message;\n"
     "                        without, an interactive chat (/exit, /clear; history kept)\n"
     "  --system S            a system message for --chat\n"
-    "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n";
+    "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n"
+    "  --repeat-penalty F    llama.cpp's repetition penalty (1 = off, default)\n"
+    "  --repeat-last-n N     tokens of prompt + output it looks at (default 64; 0 off, -1 all)\n"
+    "  --frequency-penalty F --presence-penalty F   OpenAI's penalties over generated tokens (-2..2, default 0)\n"
+    "  --logit-bias ID=BIAS  add BIAS (-100..100) to token ID's logit; repeatable\n"
+    "  --logprobs N          with --json: each generated token's log-probability and the top N (0..20)\n";
+
+/* Penalty, bias and logprobs options (issue 16), parsed apart from the
+ * others so that the two lists grow independently. */
+typedef struct run_sampling {
+    double repeat, freq, presence;
+    long long last_n, logprobs;   /* logprobs < 0: not asked for */
+    int32_t *bias_id;
+    float *bias;
+    size_t n_bias;
+    bool any;
+} run_sampling;
+
+/* Returns true if argv[*i] was one of these options (*bad set on an error). */
+static bool sampling_opt(int argc, char **argv, int *i, run_sampling *rs, bool *bad) {
+    const char *v;
+    if (pl_cli_opt(argc, argv, i, "--repeat-penalty", &v, bad)) {
+        if (!*bad && (!pl_cli_parse_float(v, &rs->repeat) || !(rs->repeat > 0)))
+            *bad = pl_cli_error("bad --repeat-penalty '%s' (a number > 0)", v) != 0;
+    } else if (pl_cli_opt(argc, argv, i, "--repeat-last-n", &v, bad)) {
+        if (!*bad && !pl_cli_parse_int(v, -1, 1 << 30, &rs->last_n))
+            *bad = pl_cli_error("bad --repeat-last-n '%s' (-1, 0 or more)", v) != 0;
+    } else if (pl_cli_opt(argc, argv, i, "--frequency-penalty", &v, bad)) {
+        if (!*bad && (!pl_cli_parse_float(v, &rs->freq) || rs->freq < -2 || rs->freq > 2))
+            *bad = pl_cli_error("bad --frequency-penalty '%s' (-2..2)", v) != 0;
+    } else if (pl_cli_opt(argc, argv, i, "--presence-penalty", &v, bad)) {
+        if (!*bad && (!pl_cli_parse_float(v, &rs->presence) || rs->presence < -2 || rs->presence > 2))
+            *bad = pl_cli_error("bad --presence-penalty '%s' (-2..2)", v) != 0;
+    } else if (pl_cli_opt(argc, argv, i, "--logprobs", &v, bad)) {
+        if (!*bad && !pl_cli_parse_int(v, 0, 20, &rs->logprobs)) *bad = pl_cli_error("bad --logprobs '%s' (0..20)", v) != 0;
+        return true;
+    } else if (pl_cli_opt(argc, argv, i, "--logit-bias", &v, bad)) {
+        if (*bad) return true;
+        const char *eq = strchr(v, '=');
+        char idbuf[32];
+        long long id;
+        double b;
+        size_t k = eq ? (size_t)(eq - v) : 0;
+        if (!eq || k == 0 || k >= sizeof idbuf) { *bad = pl_cli_error("bad --logit-bias '%s' (ID=BIAS)", v) != 0; return true; }
+        memcpy(idbuf, v, k);
+        idbuf[k] = 0;
+        if (!pl_cli_parse_int(idbuf, 0, INT32_MAX, &id) || !pl_cli_parse_float(eq + 1, &b) || b < -100 || b > 100) {
+            *bad = pl_cli_error("bad --logit-bias '%s' (ID=BIAS, BIAS in -100..100)", v) != 0;
+            return true;
+        }
+        int32_t *ni = realloc(rs->bias_id, (rs->n_bias + 1) * sizeof *ni);
+        if (ni) rs->bias_id = ni;
+        float *nb = ni ? realloc(rs->bias, (rs->n_bias + 1) * sizeof *nb) : NULL;
+        if (!nb) { *bad = pl_cli_error("out of memory") != 0; return true; }
+        rs->bias = nb;
+        rs->bias_id[rs->n_bias] = (int32_t)id;
+        rs->bias[rs->n_bias++] = (float)b;
+    } else return false;
+    rs->any = true;
+    return true;
+}
+
+/* Applies them to a new sampler; the prompt is the repeat window's start. */
+static int sampling_apply(const run_sampling *rs, pl_sampler *smp, const int32_t *ids, size_t n_ids) {
+    if (!rs->any) return 0;
+    if (pl_sampler_set_penalties(smp, (float)rs->repeat, (int32_t)rs->last_n, (float)rs->freq, (float)rs->presence) ||
+        pl_sampler_set_logit_bias(smp, rs->bias_id, rs->bias, rs->n_bias) || pl_sampler_add_history(smp, ids, n_ids))
+        return pl_cli_error("run: %s", pl_last_error());
+    return 0;
+}
+
+/* One generated token's log-probabilities for --json --logprobs. */
+typedef struct run_lp { float lp; pl_token_logprob top[20]; } run_lp;
+
+static void print_piece_json(const pl_model *model, int32_t tok) {
+    char piece[256];
+    size_t len = 0;
+    if (pl_token_to_piece(model, tok, true, piece, sizeof piece, &len) != PL_OK) len = 0;
+    pl_cli_json_string(stdout, piece, len);
+}
+
+static void print_logprobs_json(const pl_model *model, const int32_t *gen, const run_lp *lps, size_t n, int n_top) {
+    printf(", \"logprobs\": [");
+    for (size_t i = 0; i < n; i++) {
+        printf("%s{\"token\": %d, \"text\": ", i ? ", " : "", gen[i]);
+        print_piece_json(model, gen[i]);
+        printf(", \"logprob\": %.9g, \"top_logprobs\": [", (double)(lps[i].lp < -9999 ? -9999 : lps[i].lp));
+        for (int k = 0; k < n_top; k++) {
+            printf("%s{\"token\": %d, \"text\": ", k ? ", " : "", lps[i].top[k].token);
+            print_piece_json(model, lps[i].top[k].token);
+            printf(", \"logprob\": %.9g}", (double)(lps[i].top[k].logprob < -9999 ? -9999 : lps[i].top[k].logprob));
+        }
+        printf("]}");
+    }
+    printf("]");
+}
 
 typedef struct out_buf { char *p; size_t n, cap; } out_buf;
 
@@ -70,9 +165,12 @@ static int cmd_run(int argc, char **argv) {
     bool parse_special = true, json = false, bad = false, chat = false, think = false, max_set = false;
     const char *system_msg = NULL;
     char *chat_prompt = NULL;
+    run_sampling rsm = {.repeat = 1.0, .last_n = 64, .logprobs = -1};
+    run_lp *lps = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(run_usage, stdout); return 0; }
+        else if (sampling_opt(argc, argv, &i, &rsm, &bad)) {}
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
         else if (!strcmp(a, "--chat")) chat = true;
@@ -101,8 +199,9 @@ static int cmd_run(int argc, char **argv) {
             if (!bad && (!pl_cli_parse_float(v, &min_p) || min_p < 0 || min_p > 1)) return pl_cli_error("bad --min-p '%s'", v);
         } else return pl_cli_error("run: unknown option '%s' (see 'pocketllm run --help')", a);
     }
-    if (bad) return 1;
+    if (bad) { free(rsm.bias_id); free(rsm.bias); return 1; }
     if (!model_path) return pl_cli_error("run: --model is required");
+    if (rsm.logprobs >= 0 && !json) return pl_cli_error("run: --logprobs needs --json");
     if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
     if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
 
@@ -170,6 +269,11 @@ static int cmd_run(int argc, char **argv) {
         rc = pl_cli_error("%s", *pl_last_error() ? pl_last_error() : "out of memory");
         goto done;
     }
+    if (sampling_apply(&rsm, smp, ids, n_ids)) { rc = 1; goto done; }
+    if (rsm.logprobs >= 0 && !(lps = malloc(((size_t)max_tokens + 1) * sizeof *lps))) {
+        rc = pl_cli_error("out of memory");
+        goto done;
+    }
     double t1 = now_ms();
     if (pl_session_eval(sess, ids, n_ids, logits) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     prefill_ms = now_ms() - t1;
@@ -180,6 +284,11 @@ static int cmd_run(int argc, char **argv) {
         int32_t tok = pl_sampler_sample(smp, logits);
         /* -1: the logits were NaN/Inf (the reason is in pl_last_error) */
         if (tok < 0) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+        /* The raw row's log-softmax: the model's distribution (see pl_logprobs). */
+        if (lps && pl_logprobs(logits, n_vocab, tok, &lps[n_gen].lp, lps[n_gen].top, (int32_t)rsm.logprobs) != PL_OK) {
+            rc = pl_cli_error("%s", pl_last_error());
+            goto done;
+        }
         gen[n_gen++] = tok;
         if (pl_token_is_eog(model, tok)) { finish = "stop"; break; }
         char piece[256];
@@ -207,12 +316,16 @@ static int cmd_run(int argc, char **argv) {
         for (size_t i = 0; i < n_gen; i++) printf("%s%d", i ? ", " : "", gen[i]);
         printf("], \"text\": ");
         pl_cli_json_string(stdout, text.p ? text.p : "", text.n);
+        if (lps) print_logprobs_json(model, gen, lps, n_gen, (int)rsm.logprobs);
         printf(", \"finish_reason\": \"%s\", \"timings\": {\"load_ms\": %.3f, \"prefill_ms\": %.3f, "
                "\"prefill_tok_s\": %.3f, \"decode_ms\": %.3f, \"decode_tok_s\": %.3f}}\n",
                finish, load_ms, prefill_ms, prefill_ms > 0 ? n_ids * 1e3 / prefill_ms : 0.0, decode_ms,
                decode_ms > 0 && n_gen > 1 ? (n_gen - 1) * 1e3 / decode_ms : 0.0);
     }
 done:
+    free(lps);
+    free(rsm.bias_id);
+    free(rsm.bias);
     free(chat_prompt);
     free(text.p);
     free(gen);
