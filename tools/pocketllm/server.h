@@ -93,7 +93,20 @@ typedef struct pl_srv_seq {
     size_t n_tokens, cap_tokens;
     bool done;
     const char *finish;          /* "stop", "length", NULL while running */
+    /* logprobs (issue 16), guarded by req->mu: one entry per generated token
+     * that has text (EOG tokens are left out, as OpenAI does) */
+    struct pl_srv_lp *lps;
+    size_t n_lps, cap_lps;
+    size_t n_lps_sent;           /* entries already streamed */
 } pl_srv_seq;
+
+#define PL_SRV_MAX_TOP_LOGPROBS 20
+/* One generated token's log-probability and its top alternatives. */
+typedef struct pl_srv_lp {
+    int32_t token;
+    float logprob;
+    pl_token_logprob top[PL_SRV_MAX_TOP_LOGPROBS];
+} pl_srv_lp;
 
 typedef struct pl_srv_request {
     atomic_int refs;
@@ -115,6 +128,13 @@ typedef struct pl_srv_request {
     int n_seqs;
     pl_srv_seq *seqs;
     size_t usage_prompt;         /* prompt tokens counted once per distinct prompt */
+    /* penalties, bias, logprobs (issue 16) */
+    float repeat_penalty, frequency_penalty, presence_penalty;
+    int32_t repeat_last_n;
+    int32_t *bias_id;
+    float *bias;
+    size_t n_bias;
+    int n_logprobs;              /* top alternatives per token; -1: logprobs not asked for */
 
     /* guarded by mu */
     int n_done;
@@ -206,6 +226,10 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
 json_t *pl_srv_usage_chunk_json(pl_srv *s, pl_srv_request *r);
 json_t *pl_srv_usage_json(pl_srv_request *r);
 json_t *pl_srv_models_json(pl_srv *s);
+/* Scheduler thread: records the log-probabilities of q's token tok from its
+ * raw logits row, when the request asked for them. 0 ok, -1 (pl_last_error
+ * set) on failure. */
+int pl_srv_record_logprobs(pl_srv *s, pl_srv_seq *q, const float *row, int32_t tok);
 
 /* server_chat.c */
 pl_status pl_srv_chat_init(pl_srv *s);

@@ -212,22 +212,6 @@ static int unsupported(pl_srv_error *e, const char *name, const char *why) {
  * (false, 0, empty, "text", "none") are accepted, as they ask for nothing. */
 static int check_unsupported(json_t *body, pl_srv_error *e) {
     json_t *v;
-    double d;
-    if (!absent(v = json_object_get(body, "logprobs"))) {
-        if (!json_is_false(v)) return unsupported(e, "logprobs", "log probabilities are not computed");
-    }
-    if (!absent(v = json_object_get(body, "top_logprobs")))
-        return unsupported(e, "top_logprobs", "log probabilities are not computed");
-    const char *pen[] = {"presence_penalty", "frequency_penalty"};
-    for (int i = 0; i < 2; i++)
-        if (!absent(v = json_object_get(body, pen[i]))) {
-            if (get_number(v, pen[i], -2, 2, &d, e)) return -1;
-            if (d != 0) return unsupported(e, pen[i], "only 0 is accepted");
-        }
-    if (!absent(v = json_object_get(body, "logit_bias"))) {
-        if (!json_is_object(v)) return pl_srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object");
-        if (json_object_size(v) > 0) return unsupported(e, "logit_bias", NULL);
-    }
     if (!absent(v = json_object_get(body, "response_format"))) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
         if (!json_is_object(v) || !json_is_string(t))
@@ -267,7 +251,7 @@ static void log_unknown(json_t *body, pl_srv_kind kind) {
     static const char *common[] = {"model", "stream", "stream_options", "max_tokens", "max_completion_tokens",
                                    "temperature", "top_p", "top_k", "min_p", "seed", "stop", "n", "user",
                                    "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
-                                   "logit_bias", "response_format", "tools", "tool_choice", "functions",
+                                   "logit_bias", "repetition_penalty", "repeat_last_n", "response_format", "tools", "tool_choice", "functions",
                                    "function_call", "echo", "suffix", "best_of", "return_tokens", "store",
                                    "metadata", "service_tier", "parallel_tool_calls", NULL};
     static const char *chat[] = {"messages", "chat_template_kwargs", "reasoning_effort", "reasoning_format", NULL};
@@ -498,6 +482,185 @@ static int parse_stop(json_t *v, pl_srv_request *r, pl_srv_error *e) {
     return 0;
 }
 
+/* ---- penalties, logit_bias, logprobs (issue 16) ----------------------------*/
+
+/* logit_bias: {"token id": bias}. Keys are decimal token ids of the
+ * vocabulary, biases numbers in -100..100 (OpenAI's range). */
+static int parse_logit_bias(pl_srv *s, json_t *v, pl_srv_request *r, pl_srv_error *e) {
+    if (!json_is_object(v)) return pl_srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' must be an object");
+    size_t n = json_object_size(v);
+    if (!n) return 0;
+    r->bias_id = malloc(n * sizeof *r->bias_id);
+    r->bias = malloc(n * sizeof *r->bias);
+    if (!r->bias_id || !r->bias) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    const char *key;
+    json_t *b;
+    json_object_foreach(v, key, b) {
+        char *end = NULL;
+        long long id = strtoll(key, &end, 10);
+        if (!*key || *end || key[0] == '+' || key[0] == ' ' || (key[0] == '-' && id == 0))
+            return pl_srv_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' keys must be token ids (decimal integers), got '%.40s'", key);
+        if (id < 0 || id >= s->n_vocab)
+            return pl_srv_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias': token id %lld is outside the vocabulary (0..%d)", id, s->n_vocab - 1);
+        if (!json_is_number(b))
+            return pl_srv_fail(e, 400, "logit_bias", "invalid_type", "'logit_bias' values must be numbers (token %lld)", id);
+        double x = json_number_value(b);
+        if (!(x >= -100 && x <= 100))
+            return pl_srv_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' values must be between -100 and 100, got %g for token %lld", x, id);
+        r->bias_id[r->n_bias] = (int32_t)id;
+        r->bias[r->n_bias++] = (float)x;
+    }
+    return 0;
+}
+
+static int parse_penalties(pl_srv *s, json_t *body, pl_srv_kind kind, pl_srv_request *r, pl_srv_error *e) {
+    json_t *v;
+    double d;
+    long long k;
+    r->repeat_penalty = 1.0f;
+    r->repeat_last_n = 64;
+    r->n_logprobs = -1;
+    if (!absent(v = json_object_get(body, "presence_penalty"))) {
+        if (get_number(v, "presence_penalty", -2, 2, &d, e)) return -1;
+        r->presence_penalty = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "frequency_penalty"))) {
+        if (get_number(v, "frequency_penalty", -2, 2, &d, e)) return -1;
+        r->frequency_penalty = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "repetition_penalty"))) {
+        if (get_number(v, "repetition_penalty", 0, 10, &d, e)) return -1;
+        if (d == 0) return pl_srv_fail(e, 400, "repetition_penalty", "invalid_value", "'repetition_penalty' must be > 0");
+        r->repeat_penalty = (float)d;
+    }
+    if (!absent(v = json_object_get(body, "repeat_last_n"))) {
+        if (get_int(v, "repeat_last_n", -1, INT32_MAX, &k, e)) return -1;
+        r->repeat_last_n = (int32_t)k;
+    }
+    if (!absent(v = json_object_get(body, "logit_bias")) && parse_logit_bias(s, v, r, e)) return -1;
+
+    json_t *lp = json_object_get(body, "logprobs"), *top = json_object_get(body, "top_logprobs");
+    if (kind == PL_SRV_CHAT) {
+        /* chat: logprobs is a boolean, top_logprobs 0..20 needs it true */
+        bool want = false;
+        if (!absent(lp) && get_bool(lp, "logprobs", &want, e)) return -1;
+        if (!absent(top)) {
+            if (get_int(top, "top_logprobs", 0, PL_SRV_MAX_TOP_LOGPROBS, &k, e)) return -1;
+            if (!want)
+                return pl_srv_fail(e, 400, "top_logprobs", "invalid_value", "'top_logprobs' requires 'logprobs': true");
+            r->n_logprobs = (int)k;
+        } else if (want) r->n_logprobs = 0;
+    } else {
+        /* legacy completions: logprobs is the number of alternatives */
+        if (!absent(top))
+            return pl_srv_fail(e, 400, "top_logprobs", "invalid_value",
+                               "'top_logprobs' is a chat parameter; completions take 'logprobs': N");
+        if (!absent(lp)) {
+            if (get_int(lp, "logprobs", 0, PL_SRV_MAX_TOP_LOGPROBS, &k, e)) return -1;
+            r->n_logprobs = (int)k;
+        }
+    }
+    return 0;
+}
+
+/* The token text for logprobs: special tokens as their text. */
+static size_t lp_piece(pl_srv *s, int32_t tok, char *buf, size_t cap) {
+    size_t len = 0;
+    if (pl_token_to_piece(s->model, tok, true, buf, cap, &len) != PL_OK) len = 0;
+    return len;
+}
+
+/* JSON cannot hold -inf (a masked token's logprob): OpenAI reports -9999. */
+static json_t *lp_real(float x) { return json_real(x < -9999.0f || isnan(x) ? -9999.0 : (double)x); }
+
+static json_t *lp_bytes(const char *p, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* Chat shape: {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}]}. */
+static json_t *chat_lp_entry(pl_srv *s, const pl_srv_lp *x, int n_top) {
+    char buf[256];
+    size_t n = lp_piece(s, x->token, buf, sizeof buf);
+    json_t *o = json_pack("{s:o, s:o, s:o}", "token", jstr(buf, n), "logprob", lp_real(x->logprob), "bytes",
+                          lp_bytes(buf, n));
+    json_t *tops = json_array();
+    for (int k = 0; k < n_top; k++) {
+        size_t m = lp_piece(s, x->top[k].token, buf, sizeof buf);
+        json_array_append_new(tops, json_pack("{s:o, s:o, s:o}", "token", jstr(buf, m), "logprob",
+                                              lp_real(x->top[k].logprob), "bytes", lp_bytes(buf, m)));
+    }
+    json_object_set_new(o, "top_logprobs", tops);
+    return o;
+}
+
+/* Entries [from, to) of q in the shape of r's route. offset0: text offset
+ * of entry `from` (completions). */
+static json_t *logprobs_json(pl_srv *s, pl_srv_request *r, const pl_srv_seq *q, size_t from, size_t to) {
+    if (r->kind == PL_SRV_CHAT) {
+        json_t *a = json_array();
+        for (size_t i = from; i < to; i++) json_array_append_new(a, chat_lp_entry(s, &q->lps[i], r->n_logprobs));
+        return json_pack("{s:o}", "content", a);
+    }
+    char buf[256];
+    size_t off = 0;
+    for (size_t i = 0; i < from; i++) off += lp_piece(s, q->lps[i].token, buf, sizeof buf);
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    for (size_t i = from; i < to; i++) {
+        const pl_srv_lp *x = &q->lps[i];
+        size_t n = lp_piece(s, x->token, buf, sizeof buf);
+        json_array_append_new(toks, jstr(buf, n));
+        json_array_append_new(lps, lp_real(x->logprob));
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += n;
+        json_t *t = json_object();
+        for (int k = 0; k < r->n_logprobs; k++) {
+            size_t m = lp_piece(s, x->top[k].token, buf, sizeof buf);
+            json_t *key = jstr(buf, m); /* object keys must be valid UTF-8 too */
+            json_object_set_new(t, json_string_value(key), lp_real(x->top[k].logprob));
+            json_decref(key);
+        }
+        json_array_append_new(tops, t);
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+int pl_srv_record_logprobs(pl_srv *s, pl_srv_seq *q, const float *row, int32_t tok) {
+    pl_srv_request *r = q->req;
+    if (r->n_logprobs < 0 || pl_token_is_eog(s->model, tok)) return 0;
+    pl_srv_lp x = {.token = tok};
+    /* The raw row: the model's distribution, before bias, penalties and
+     * temperature (vLLM's and llama-server's default). */
+    if (pl_logprobs(row, s->n_vocab, tok, &x.logprob, x.top, r->n_logprobs) != PL_OK) return -1;
+    pthread_mutex_lock(&r->mu);
+    if (q->n_lps == q->cap_lps) {
+        size_t cap = q->cap_lps ? q->cap_lps * 2 : 32;
+        pl_srv_lp *p = realloc(q->lps, cap * sizeof *p);
+        if (p) { q->lps = p; q->cap_lps = cap; }
+    }
+    if (q->n_lps < q->cap_lps) q->lps[q->n_lps++] = x;
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+/* Penalties and bias on a new choice's sampler; its prompt starts the
+ * repeat window. */
+static int setup_sampler_mods(pl_srv_request *r, pl_srv_seq *q, pl_srv_error *e) {
+    bool pen = r->repeat_penalty != 1.0f || r->frequency_penalty != 0 || r->presence_penalty != 0;
+    if (pen && (pl_sampler_set_penalties(q->smp, r->repeat_penalty, r->repeat_last_n, r->frequency_penalty,
+                                         r->presence_penalty) != PL_OK ||
+                pl_sampler_add_history(q->smp, q->prompt, q->n_prompt) != PL_OK))
+        return pl_srv_fail(e, 400, NULL, NULL, "bad sampling parameters: %s", pl_last_error());
+    if (r->n_bias && pl_sampler_set_logit_bias(q->smp, r->bias_id, r->bias, r->n_bias) != PL_OK)
+        return pl_srv_fail(e, 400, "logit_bias", NULL, "bad logit_bias: %s", pl_last_error());
+    return 0;
+}
+
 static int parse_sampling(json_t *body, pl_srv_request *r, pl_srv_error *e, bool *seed_given, uint64_t *seed) {
     json_t *v;
     double d;
@@ -575,6 +738,7 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
     bool seed_given;
     uint64_t seed = 0;
     if (parse_sampling(body, r, e, &seed_given, &seed)) goto bad;
+    if (parse_penalties(s, body, kind, r, e)) goto bad;
     if (parse_stop(json_object_get(body, "stop"), r, e)) goto bad;
 
     if (kind == PL_SRV_CHAT) {
@@ -667,6 +831,7 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             pl_srv_fail(e, 400, NULL, NULL, "bad sampling parameters: %s", pl_last_error());
             goto bad;
         }
+        if (setup_sampler_mods(r, q, e)) goto bad;
     }
     snprintf(r->id, sizeof r->id, "%s%016llx%08llx", kind == PL_SRV_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)srv_random(), (unsigned long long)(srv_random() & 0xffffffffu));
@@ -723,6 +888,7 @@ json_t *pl_srv_response_json(pl_srv *s, pl_srv_request *r) {
             c = json_pack("{s:i, s:o, s:n, s:s}", "index", q->index, "text", jstr(q->text.content.p, q->text.content.n),
                           "logprobs", "finish_reason", q->finish ? q->finish : "stop");
         }
+        if (r->n_logprobs >= 0) json_object_set_new(c, "logprobs", logprobs_json(s, r, q, 0, q->n_lps));
         if (r->return_tokens) json_object_set_new(c, "tokens", tokens_json(q));
         json_array_append_new(choices, c);
     }
@@ -756,7 +922,19 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
     } else {
         json_object_set_new(c, "text", jstr(content, content ? n_content : 0));
     }
-    json_object_set_new(c, "logprobs", json_null());
+    json_t *lpj = json_null();
+    /* Every chunk with text (or the last) carries the logprobs of the tokens
+     * produced since the previous one; text held back (a possible stop
+     * string, a partial UTF-8 character) comes later with its tokens. */
+    if (r->n_logprobs >= 0 && (content || reasoning || finish))
+        for (int i = 0; i < r->n_seqs; i++) {
+            pl_srv_seq *q = &r->seqs[i];
+            if (q->index != index || q->n_lps_sent >= q->n_lps) continue;
+            json_decref(lpj);
+            lpj = logprobs_json(s, r, q, q->n_lps_sent, q->n_lps);
+            q->n_lps_sent = q->n_lps;
+        }
+    json_object_set_new(c, "logprobs", lpj);
     json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
     if (finish && r->return_tokens) {
         for (int i = 0; i < r->n_seqs; i++)

@@ -68,6 +68,7 @@ void pl_srv_request_unref(pl_srv_request *r) {
     for (int i = 0; i < r->n_seqs; i++) {
         pl_srv_text_free(&r->seqs[i].text);
         free(r->seqs[i].tokens);
+        free(r->seqs[i].lps);
         pl_sampler_free(r->seqs[i].smp);
     }
     free(r->seqs);
@@ -75,6 +76,8 @@ void pl_srv_request_unref(pl_srv_request *r) {
     free(r->prompts);
     free(r->n_prompt_tok);
     for (size_t i = 0; i < r->n_stops; i++) free(r->stops[i]);
+    free(r->bias_id);
+    free(r->bias);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r);
@@ -380,7 +383,17 @@ static void *sched_main(void *arg) {
         for (int i = 0; i < nrows; i++) {
             pl_srv_seq *q = rows[i];
             if (q->state == PL_SEQ_DONE) continue;
-            int32_t t = pl_sampler_sample(q->smp, logits + (size_t)i * n_vocab);
+            const float *row = logits + (size_t)i * n_vocab;
+            int32_t t = pl_sampler_sample(q->smp, row);
+            /* -1: NaN/Inf logits (broken weights). Feeding -1 on as a token
+             * read out of bounds; the request fails with the reason. */
+            if (t < 0 || pl_srv_record_logprobs(s, q, row, t) != 0) {
+                char msg[256];
+                snprintf(msg, sizeof msg, "generation failed: %s", pl_last_error());
+                pl_srv_log("%s", msg);
+                request_fail(s, q->req, 500, msg);
+                continue;
+            }
             seq_token(s, q, t, &n_gen);
         }
 
