@@ -46,6 +46,10 @@ class Completion:
     usage          prompt / completion / total token counts
     prompt_tokens  the prompt's token ids
     timings        prefill_ms, decode_ms (wall clock)
+    logprobs       with generate(logprobs=N): per generated token a dict
+                   {"token", "text", "logprob", "top_logprobs": [{"token",
+                   "text", "logprob"}]} from the raw logits (the model's own
+                   distribution, before penalties and temperature); else None
     """
     text: str
     tokens: list[int]
@@ -53,6 +57,7 @@ class Completion:
     usage: Usage
     prompt_tokens: list[int] = field(default_factory=list)
     timings: dict = field(default_factory=dict)
+    logprobs: list | None = None
 
     def __str__(self) -> str:
         return self.text
@@ -77,6 +82,21 @@ class Sampler:
         if logits.shape != (self.n_vocab,):
             raise InvalidArgumentError(f"logits must have shape ({self.n_vocab},), not {logits.shape}")
         return native.sampler_sample(self._h, logits)
+
+    def set_penalties(self, repeat_penalty: float = 1.0, repeat_last_n: int = 64, frequency_penalty: float = 0.0,
+                      presence_penalty: float = 0.0) -> None:
+        """llama.cpp's repeat penalty over the last repeat_last_n tokens of
+        history + output; OpenAI's frequency/presence penalties (-2..2) over
+        the sampled tokens (see pl_sampler_set_penalties)."""
+        native.sampler_set_penalties(self._h, repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty)
+
+    def set_logit_bias(self, bias: dict) -> None:
+        """{token id: bias} added to the logits (-100 bans, +100 forces)."""
+        native.sampler_set_logit_bias(self._h, bias)
+
+    def add_history(self, ids: Sequence[int]) -> None:
+        """Tokens before the generation (the prompt), for the repeat window."""
+        native.sampler_add_history(self._h, ids)
 
     def close(self) -> None:
         h, self._h = self._h, None
@@ -431,7 +451,9 @@ class Model:
     def stream(self, prompt: str | Sequence[int], max_tokens: int | None = 128, temperature: float = 0.0,
                top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                stop: str | Sequence[str] | None = None, *, special: bool = True,
-               add_bos: bool | None = None, ignore_eos: bool = False) -> Stream:
+               add_bos: bool | None = None, ignore_eos: bool = False, presence_penalty: float = 0.0,
+               frequency_penalty: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+               logit_bias: dict | None = None, logprobs: int | None = None) -> Stream:
         """Generates from prompt (text, or token ids), yielding text pieces
         as they complete. See generate() for the parameters."""
         ids = self._prompt_ids(prompt, special, add_bos)
@@ -441,19 +463,32 @@ class Model:
         # Create native objects now, so errors surface at the call, not at
         # the first next().
         session = Session(self)
+        if logprobs is not None and not (isinstance(logprobs, (int, np.integer)) and 0 <= logprobs <= 20):
+            session.close()
+            raise InvalidArgumentError(f"logprobs must be an integer 0..20 or None, not {logprobs!r}")
+        sampler = None
         try:
             sampler = Sampler(self.n_vocab, temperature, top_k, top_p, min_p, seed)
+            if presence_penalty or frequency_penalty or repeat_penalty != 1.0:
+                sampler.set_penalties(repeat_penalty, repeat_last_n, frequency_penalty, presence_penalty)
+                sampler.add_history(ids)
+            if logit_bias:
+                sampler.set_logit_bias(logit_bias)
         except BaseException:
+            if sampler is not None:
+                sampler.close()
             session.close()
             raise
         st = Stream(iter(()), owned=(sampler, session))
-        st._gen = self._run(st, session, sampler, ids, max_tokens, stops, ignore_eos)
+        st._gen = self._run(st, session, sampler, ids, max_tokens, stops, ignore_eos, logprobs)
         return st
 
     def generate(self, prompt: str | Sequence[int], max_tokens: int | None = 128, temperature: float = 0.0,
                  top_k: int = 40, top_p: float = 0.95, min_p: float = 0.05, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, *, special: bool = True,
-                 add_bos: bool | None = None, ignore_eos: bool = False) -> Completion:
+                 add_bos: bool | None = None, ignore_eos: bool = False, presence_penalty: float = 0.0,
+                 frequency_penalty: float = 0.0, repeat_penalty: float = 1.0, repeat_last_n: int = 64,
+                 logit_bias: dict | None = None, logprobs: int | None = None) -> Completion:
         """Generates a completion of prompt.
 
         prompt       text (tokenized with special tokens parsed) or token ids
@@ -467,15 +502,24 @@ class Model:
         add_bos      prepend BOS (None = as the file says)
         ignore_eos   keep generating past end-of-generation tokens (their
                      text is empty), as llama.cpp's --ignore-eos
+        presence_penalty, frequency_penalty  OpenAI's (-2..2) over the
+                     generated tokens: logit -= freq*count + presence*(count>0)
+        repeat_penalty, repeat_last_n  llama.cpp's repetition penalty over
+                     the last repeat_last_n tokens of prompt + output (1 = off)
+        logit_bias   {token id: bias} added to the logits (-100 bans, +100 forces)
+        logprobs     N (0..20): Completion.logprobs gets each token's
+                     log-probability and its top N alternatives
         """
         with self.stream(prompt, max_tokens, temperature, top_k, top_p, min_p, seed, stop, special=special,
-                         add_bos=add_bos, ignore_eos=ignore_eos) as st:
+                         add_bos=add_bos, ignore_eos=ignore_eos, presence_penalty=presence_penalty,
+                         frequency_penalty=frequency_penalty, repeat_penalty=repeat_penalty,
+                         repeat_last_n=repeat_last_n, logit_bias=logit_bias, logprobs=logprobs) as st:
             for _ in st:
                 pass
         return st.completion
 
     def _run(self, st: Stream, session: Session, sampler: Sampler, ids: list[int], max_tokens: int | None,
-             stops: list[str], ignore_eos: bool) -> Iterator[str]:
+             stops: list[str], ignore_eos: bool, n_logprobs: int | None = None) -> Iterator[str]:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         text = ""          # decoded text so far
         emitted = 0        # characters of text already yielded
@@ -485,6 +529,7 @@ class Model:
         finish = "length"
         stopped_by_string = False
         t_prefill = t_decode = 0.0
+        lps: list | None = [] if n_logprobs is not None else None
         try:
             logits = np.empty(self.n_vocab, dtype=np.float32)
             t0 = time.perf_counter()
@@ -496,6 +541,11 @@ class Model:
             step = 0
             while step < limit:
                 tok = sampler.sample(logits)
+                if lps is not None:
+                    lp, top = native.logprobs(logits, tok, n_logprobs)
+                    piece = lambda t: self.token_to_piece(t, special=True).decode("utf-8", "replace")
+                    lps.append({"token": tok, "text": piece(tok), "logprob": lp,
+                                "top_logprobs": [{"token": t, "text": piece(t), "logprob": v} for t, v in top]})
                 tokens.append(tok)
                 step += 1
                 if not ignore_eos and self.is_eog(tok):
@@ -535,7 +585,8 @@ class Model:
                 emitted = len(text)
             st.completion = Completion(text=text, tokens=tokens, finish_reason=finish,
                                        usage=Usage(len(ids), len(tokens)), prompt_tokens=ids,
-                                       timings={"prefill_ms": t_prefill * 1e3, "decode_ms": t_decode * 1e3})
+                                       timings={"prefill_ms": t_prefill * 1e3, "decode_ms": t_decode * 1e3},
+                                       logprobs=lps)
         finally:
             sampler.close()
             session.close()

@@ -149,6 +149,10 @@ class TensorInfo(Structure):
                 ("ne", c_int64 * 4), ("offset", c_uint64), ("size", c_uint64)]
 
 
+class TokenLogprob(Structure):
+    _fields_ = [("token", c_int32), ("logprob", c_float)]
+
+
 # ---- declarations -------------------------------------------------------------
 
 STATUS = "status"  # marker: returns pl_status, checked automatically
@@ -195,6 +199,10 @@ _DECLS: dict[str, tuple] = {
     "pl_sampler_create": (STATUS, [POINTER(SamplerParams), c_int32, _ptr_out]),
     "pl_sampler_free": (None, [_p]),
     "pl_sampler_sample": (c_int32, [_p, POINTER(c_float)]),
+    "pl_sampler_set_penalties": (STATUS, [_p, c_float, c_int32, c_float, c_float]),
+    "pl_sampler_set_logit_bias": (STATUS, [_p, POINTER(c_int32), POINTER(c_float), c_size_t]),
+    "pl_sampler_add_history": (STATUS, [_p, POINTER(c_int32), c_size_t]),
+    "pl_logprobs": (STATUS, [POINTER(c_float), c_int32, c_int32, POINTER(c_float), POINTER(TokenLogprob), c_int32]),
     # inspecting a GGUF file
     "pl_inspect_open": (STATUS, [c_char_p, _ptr_out]),
     "pl_inspect_close": (None, [_p]),
@@ -213,7 +221,8 @@ _DECLS: dict[str, tuple] = {
 }
 
 # Functions a library may lack (newer additions); everything else is required.
-_OPTIONAL = {name for name in _DECLS if name.startswith("pl_inspect_")}
+_OPTIONAL = {name for name in _DECLS if name.startswith("pl_inspect_")} | {
+    "pl_sampler_set_penalties", "pl_sampler_set_logit_bias", "pl_sampler_add_history", "pl_logprobs"}
 
 _lib = None
 _lib_path: Path | None = None
@@ -485,9 +494,49 @@ def sampler_free(s: int) -> None:
 
 
 def sampler_sample(s: int, logits: np.ndarray) -> int:
+    """The sampled token. Raises FormatError when the logits hold NaN/+Inf
+    (the C call returns -1: broken weights), never returns -1."""
     if logits.dtype != np.float32 or not logits.flags.c_contiguous:
         logits = np.ascontiguousarray(logits, dtype=np.float32)
-    return int(lib().pl_sampler_sample(s, _f32_ptr(logits)))
+    tok = int(lib().pl_sampler_sample(s, _f32_ptr(logits)))
+    if tok < 0:
+        raise error_for_status(3, last_error() or "the sampler refused the logits")  # PL_ERR_FORMAT
+    return tok
+
+
+def _need(name: str):
+    fn = getattr(lib(), name, None)
+    if fn is None:
+        raise LibraryNotFoundError(f"{_lib_path} lacks {name} (an older build?)")
+    return fn
+
+
+def sampler_set_penalties(s: int, repeat_penalty: float, repeat_last_n: int, frequency_penalty: float,
+                          presence_penalty: float) -> None:
+    _need("pl_sampler_set_penalties")(s, float(repeat_penalty), int(repeat_last_n), float(frequency_penalty),
+                                      float(presence_penalty))
+
+
+def sampler_set_logit_bias(s: int, bias: dict) -> None:
+    ids, ptr = _ids_array([int(k) for k in bias])
+    vals = np.ascontiguousarray([float(v) for v in bias.values()], dtype=np.float32)
+    _need("pl_sampler_set_logit_bias")(s, ptr, _f32_ptr(vals), ids.size)
+
+
+def sampler_add_history(s: int, ids) -> None:
+    arr, ptr = _ids_array(ids)
+    _need("pl_sampler_add_history")(s, ptr, arr.size)
+
+
+def logprobs(logits: np.ndarray, token: int, n_top: int) -> tuple[float, list[tuple[int, float]]]:
+    """Log-softmax of a raw logits row: token's log-probability and the
+    n_top most likely (token, logprob), most likely first."""
+    if logits.dtype != np.float32 or not logits.flags.c_contiguous:
+        logits = np.ascontiguousarray(logits, dtype=np.float32)
+    lp = c_float()
+    top = (TokenLogprob * max(1, int(n_top)))()
+    _need("pl_logprobs")(_f32_ptr(logits), logits.size, int(token), byref(lp), top, int(n_top))
+    return float(lp.value), [(int(top[i].token), float(top[i].logprob)) for i in range(int(n_top))]
 
 
 # ---- inspecting a GGUF file ---------------------------------------------------
