@@ -328,3 +328,25 @@ def test_chat_repl_reports_nan(tmp_path):
                          input="hi\n/exit\n", capture_output=True, text=True, timeout=120)
     assert "NaN/Inf logits" in out.stderr, out.stderr
     assert "out of range" not in out.stderr, out.stderr
+
+
+def test_run_flags():
+    """`pocketllm run` takes the same options; --json keeps its keys and adds
+    "logprobs" only when asked."""
+    def run(*extra, n=40, prompt="1, 2, 3, 4,"):
+        out = subprocess.run([BIN, "run", "--model", MODEL, "--prompt", prompt, "--max-tokens", str(n), "--threads",
+                              "2", "--json", *extra], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+    base = run()
+    assert "logprobs" not in base
+    assert repeats(run("--frequency-penalty", "2")["tokens"]) < repeats(base["tokens"])
+    assert repeats(run("--presence-penalty", "2")["tokens"]) < repeats(base["tokens"])
+    assert repeats(run("--repeat-penalty", "1.8")["tokens"]) < repeats(base["tokens"])
+    assert run("--logit-bias", "1000=100", "--logit-bias", "7=1", n=3)["tokens"] == [1000] * 3
+    assert base["tokens"][0] not in run("--logit-bias", f"{base['tokens'][0]}=-100", n=8)["tokens"]
+    for bad in (["--logit-bias", "5"], ["--logit-bias", "99999999=1"], ["--frequency-penalty", "3"],
+                ["--logprobs", "21"], ["--repeat-penalty", "0"]):
+        out = subprocess.run([BIN, "run", "--model", MODEL, "--prompt", "hi", "--json", *bad], capture_output=True,
+                             text=True, timeout=120)
+        assert out.returncode == 1 and out.stdout == "", (bad, out.stderr)

@@ -558,7 +558,7 @@ static int parse_penalties(pl_srv *s, json_t *body, pl_srv_kind kind, pl_srv_req
         if (!absent(top))
             return pl_srv_fail(e, 400, "top_logprobs", "invalid_value",
                                "'top_logprobs' is a chat parameter; completions take 'logprobs': N");
-        if (!absent(lp)) {
+        if (!absent(lp) && !json_is_false(lp)) { /* false: off, as clients that send booleans mean */
             if (get_int(lp, "logprobs", 0, PL_SRV_MAX_TOP_LOGPROBS, &k, e)) return -1;
             r->n_logprobs = (int)k;
         }
