@@ -147,10 +147,14 @@ const pl_cpu_mm_type *pl_cpu_mm_type_get_legacy_portable(pl_dtype wtype) {
 
 /* PL_CPU_LEGACY=0 leaves these types to the generic decode-to-f32 path (for
  * before/after numbers, bench/RESULTS.md); read once. */
-const pl_cpu_mm_type *pl_cpu_mm_type_get_legacy(pl_dtype wtype) {
+bool pl_cpu_legacy_enabled(void) {
     static int on = -1;
     if (on < 0) on = pl_cpu_switch("PL_CPU_LEGACY");
-    if (!on) return NULL;
+    return on;
+}
+
+const pl_cpu_mm_type *pl_cpu_mm_type_get_legacy(pl_dtype wtype) {
+    if (!pl_cpu_legacy_enabled()) return NULL;
 #if PL_CPU_HAVE_AVX2_BUILD
     if (pl_cpu_has_avx2())
         return legacy_find(legacy_types_avx2, sizeof legacy_types_avx2 / sizeof legacy_types_avx2[0], wtype);
