@@ -536,12 +536,18 @@ int main(void) {
     test_prepared_matmul(PL_Q6_K, 512, 40);
     test_prepared_matmul(PL_F16, 200, 192);
     test_prepared_matmul(PL_F16, 1024, 128);
+    test_prepared_matmul(PL_Q4_0, 512, 64);
+    test_prepared_matmul(PL_Q4_0, 96, 136);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q5_0, 768, 48);
+    test_prepared_matmul(PL_Q5_0, 224, 40);
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);
         test_fusion(PL_F16, M, 256);
         test_fusion(PL_Q4_K, M, 136);   /* a padded last panel */
         test_fusion(PL_Q6_K, M, 136);
+        test_fusion(PL_Q4_0, M, 256);
+        test_fusion(PL_Q5_0, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
