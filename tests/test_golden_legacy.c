@@ -4,7 +4,7 @@
  * byte-identical with llama-quantize: token_embd goes to q6_K as llama.cpp
  * does for a tied output, every other matrix to the type), then run on ref
  * and cpu against llama.cpp's greedy tokens and top-20 logits for the same
- * file (tests/fixtures/golden/tiny-qwen3-<type>.json, made once with the
+ * file (tests/fixtures/golden/legacy/tiny-qwen3-<type>.json, made once with the
  * reference binaries: PROVENANCE.md), by the rule of test_golden.c:
  *  - at every step whose golden margin >= 1.0 the greedy token must match;
  *  - a mismatch below that means the sequences legitimately parted: stop;
@@ -48,7 +48,7 @@ static int argmax(const float *x, int n) {
 static void run_model(const char *name, const char *path, const char *device, double mean_tol) {
     const double tol = STEP_TOL;
     char gpath[512];
-    snprintf(gpath, sizeof gpath, "%s%s.json", pl_fixture("golden/"), name);
+    snprintf(gpath, sizeof gpath, "%s%s.json", pl_fixture("golden/legacy/"), name);
     json_error_t jerr;
     json_t *root = json_load_file(gpath, 0, &jerr);
     CHECK(root != NULL, "%s: cannot parse golden file: %s", gpath, jerr.text);
