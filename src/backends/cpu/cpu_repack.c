@@ -5,8 +5,9 @@
  * TLB and let the prefetchers run across what would be 4 KiB boundaries).
  *
  * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
- * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K with N % 8 == 0
- * (16-row panels, the last one zero-padded when N % 16 == 8),
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K / q4_0 / q5_0
+ * with N % 8 == 0 (16-row panels, the last one zero-padded when
+ * N % 16 == 8; q4_0 / q5_0 also not with PL_CPU_LEGACY=0),
  * f16 with N % 16 == 0. Everything else keeps the original layout and the
  * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
  *
