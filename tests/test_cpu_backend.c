@@ -24,6 +24,7 @@
 #include "testutil.h"
 #include "ophelpers.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_matmul_legacy.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/threadpool.h"
@@ -444,21 +445,109 @@ static void test_elastic_pool(void) {
     }
 }
 
+/* The legacy-type tile kernels (q4_0, q4_1, q5_0, q5_1; cpu_matmul_legacy*.c),
+ * portable and AVX2, on every tile width and on odd block counts (the AVX2
+ * tiles run two blocks a step, then a last odd one; test_ops' shapes have
+ * even counts): each must equal the exact dot product of the decoded weights
+ * and the decoded activation blocks (plus, for the _1 types, m times the
+ * block's rounded sum s, the term llama.cpp uses), and the two q8_1
+ * converters must agree bit for bit. NaN always fails. */
+static void test_legacy_kernels(void) {
+    static const pl_dtype types[] = {PL_Q4_0, PL_Q4_1, PL_Q5_0, PL_Q5_1};
+    static const int64_t Ks[] = {32, 96, 224, 1024};
+    pl_rng r = {777};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const pl_dtype t = types[ti];
+        const pl_cpu_mm_type *impl[2] = {pl_cpu_mm_type_get_legacy_portable(t), pl_cpu_mm_type_get_legacy(t)};
+        CHECK(impl[0] && impl[1] && impl[0]->vtype == (t == PL_Q4_0 || t == PL_Q5_0 ? PL_Q8_0 : PL_Q8_1),
+              "%s: legacy kernels and llama.cpp's activation format", pl_dtype_name(t));
+        if (!impl[0] || !impl[1]) continue;
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki], nb = K / 32;
+            const int NR = 3, NC = 4;
+            const size_t ws = pl_dtype_row_size(t, K), as = pl_dtype_row_size(impl[0]->vtype, K);
+            char *w = malloc(ws * NR), *a = malloc(as * NC), *a2 = malloc(as * NC);
+            float *x = malloc((size_t)K * sizeof(float)), *wd = malloc((size_t)K * NR * sizeof(float));
+            float *ad = malloc((size_t)K * NC * sizeof(float));
+            for (int i = 0; i < NR; i++) {
+                pl_fill_normal(&r, x, K, 1.0f);
+                x[i] += 0.5f;   /* a block with a non-zero mean (the _1 offsets) */
+                pl_quantize_row(t, x, w + i * ws, K);
+                pl_dequantize_row(t, w + i * ws, wd + i * K, K);
+            }
+            for (int c = 0; c < NC; c++) {
+                pl_fill_normal(&r, x, K, 1.0f);
+                impl[0]->from_float(x, a + c * as, K);
+                impl[1]->from_float(x, a2 + c * as, K);
+                /* q8_1 is an activation-only format: not in pl_dequantize_row */
+                if (impl[0]->vtype == PL_Q8_1) pl_dequantize_row_q8_1(a + c * as, ad + c * K, K);
+                else pl_dequantize_row(impl[0]->vtype, a + c * as, ad + c * K, K);
+            }
+            CHECK(memcmp(a, a2, as * NC) == 0, "%s K=%lld: portable and dispatched activation converters differ",
+                  pl_dtype_name(t), (long long)K);
+            /* exact: sum over blocks of the decoded products; the _1 types' m * sum(x) term uses
+             * s (= d * sum of codes, rounded to f16) as llama.cpp does */
+            double want[3][4], norm = 0;
+            for (int i = 0; i < NR; i++)
+                for (int c = 0; c < NC; c++) {
+                    double s = 0;
+                    for (int64_t b = 0; b < nb; b++) {
+                        if (impl[0]->vtype == PL_Q8_1) {
+                            const block_q8_1 *yb = (const block_q8_1 *)(a + c * as) + b;
+                            const pl_f16 m = t == PL_Q4_1 ? ((const block_q4_1 *)(w + i * ws))[b].m
+                                                           : ((const block_q5_1 *)(w + i * ws))[b].m;
+                            const double mx = pl_f16_to_f32(m);
+                            for (int k = 0; k < 32; k++)
+                                s += ((double)wd[i * K + 32 * b + k] - mx) * ad[c * K + 32 * b + k];
+                            s += mx * pl_f16_to_f32(yb->s);
+                        } else {
+                            for (int k = 0; k < 32; k++) s += (double)wd[i * K + 32 * b + k] * ad[c * K + 32 * b + k];
+                        }
+                    }
+                    want[i][c] = s;
+                    norm += s * s;
+                }
+            norm = sqrt(norm / (NR * NC)) + 1e-30;
+            for (int p = 0; p < 2; p++)
+                for (int nc = 1; nc <= NC; nc++) {
+                    float got[4][3];
+                    for (int i = 0; i < NR; i++) impl[p]->kernel(K, w + i * ws, ws, 1, a, as, nc, &got[0][i], NR);
+                    double worst = 0;
+                    for (int c = 0; c < nc; c++)
+                        for (int i = 0; i < NR; i++) {
+                            const double e = fabs(got[c][i] - want[i][c]) / norm;
+                            if (!(e <= worst)) worst = e;   /* NaN sticks */
+                        }
+                    CHECK(worst <= 1e-5, "%s %s K=%lld nc=%d: relative error %.3e", pl_dtype_name(t),
+                          p ? "dispatched" : "portable", (long long)K, nc, worst);
+                }
+            free(w); free(a); free(a2); free(x); free(wd); free(ad);
+        }
+    }
+}
+
 int main(void) {
     printf("cpu: %s; prepared kernels %s\n", pl_cpu_features_get()->description,
            pl_cpu_has_vnni512() ? "on" : "off (this cpu lacks AVX-512 VNNI)");
+    test_legacy_kernels();
     test_prepared_matmul(PL_Q4_K, 512, 64);
     test_prepared_matmul(PL_Q4_K, 1024, 136);
     test_prepared_matmul(PL_Q6_K, 768, 48);
     test_prepared_matmul(PL_Q6_K, 512, 40);
     test_prepared_matmul(PL_F16, 200, 192);
     test_prepared_matmul(PL_F16, 1024, 128);
+    test_prepared_matmul(PL_Q4_0, 512, 64);
+    test_prepared_matmul(PL_Q4_0, 96, 136);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q5_0, 768, 48);
+    test_prepared_matmul(PL_Q5_0, 224, 40);
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);
         test_fusion(PL_F16, M, 256);
         test_fusion(PL_Q4_K, M, 136);   /* a padded last panel */
         test_fusion(PL_Q6_K, M, 136);
+        test_fusion(PL_Q4_0, M, 256);
+        test_fusion(PL_Q5_0, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);

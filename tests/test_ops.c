@@ -1142,7 +1142,7 @@ static int run_perf(void) {
     pl_rng r = {2024};
     static op_case c;
     printf("per-op time, Qwen3-0.6B shapes (n_embd 1024, n_ff 3072, 16 heads, 8 KV heads, head_dim 128)\n");
-    static const pl_dtype wts[] = {PL_F32, PL_F16, PL_BF16, PL_Q8_0, PL_Q6_K, PL_Q4_K};
+    static const pl_dtype wts[] = {PL_F32, PL_F16, PL_BF16, PL_Q8_0, PL_Q6_K, PL_Q4_K, PL_Q4_0, PL_Q4_1, PL_Q5_0, PL_Q5_1};
     for (int mi = 0; mi < 2; mi++) {
         const int64_t M = mi ? 64 : 1, K = 1024, N = 3072;
         for (size_t wi = 0; wi < sizeof wts / sizeof wts[0]; wi++) {

@@ -147,7 +147,30 @@ typedef struct pl_q8kx {
     int32_t nb32[16];
 } pl_q8kx;
 
-typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16 } pl_cpu_pack_kind;
+/* q4_0 -> pl_q40x16 (16 rows per block of 32 k): vector v holds, at byte
+ * 4*r + e, element 8v + e of row r in its low nibble and 8v + 4 + e in its
+ * high nibble (chunks 2v and 2v + 1), the f16 scales per row beside them.
+ * q5_0 -> pl_q50x16: the same, plus one vector whose byte 4*r + e holds at
+ * bit c the fifth bit of element 4c + e of row r. Exactly the numbers of the
+ * original blocks; the activations are pl_q80x (llama.cpp's q8_0, as its
+ * vec_dot_type for both, plus the sum of the codes for the code offset). */
+typedef struct pl_q40x16 {
+    uint16_t d[16];             /* f16, per row */
+    uint8_t qs[4][64];          /* [vector][4*row + e] */
+} pl_q40x16;
+typedef struct pl_q50x16 {
+    uint16_t d[16];
+    uint8_t qh[64];             /* [4*row + e], bit c: element 4c + e */
+    uint8_t qs[4][64];
+} pl_q50x16;
+typedef struct pl_q80x {
+    float d;                    /* the q8_0 block's f16 scale, widened */
+    int32_t sum;                /* sum of the 32 codes */
+    int8_t qs[32];
+} pl_q80x;
+
+typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
+                                PL_PACK_Q40_X16, PL_PACK_Q50_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -185,6 +208,9 @@ bool pl_cpu_has_vnni512(void);
 /* PL_CPU_REPACK=0 turns weight preparation off (for before/after numbers);
  * pl_cpu_switch(name): false when the environment variable name is "0". */
 bool pl_cpu_repack_enabled(void);
+/* PL_CPU_LEGACY=0: q4_0 / q4_1 / q5_0 / q5_1 go through the generic
+ * decode-to-f32 path, unprepared (cpu_matmul_legacy.c; before/after runs). */
+bool pl_cpu_legacy_enabled(void);
 bool pl_cpu_switch(const char *name);
 /* The blocked decode attention (cpu_attention.c): -1 follows the switch
  * PL_CPU_ATT_BLOCK; tests set 0 (off) or 1 (on where it applies). */
@@ -207,6 +233,12 @@ size_t pl_cpu_work_matmul_packed(const pl_node *node, pl_cpu_pack_kind kind);
  * A call computes panels [p0, p1) x activation rows [c0, c1):
  *   dst[c * N + r] for r in the panels' rows. */
 void pl_cpu_q8kx_quantize_avx2(const float *x, pl_q8kx *y, int64_t K);
+/* q4_0 / q5_0 prepared kernels (cpu_packed_legacy_avx2.c) */
+void pl_cpu_q80x_quantize_avx2(const float *x, pl_q80x *y, int64_t K);
+void pl_cpu_gemm_q40x16_vnni(int64_t K, const pl_q40x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q50x16_vnni(int64_t K, const pl_q50x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q6kx16_vnni(int64_t K, const pl_q6kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,

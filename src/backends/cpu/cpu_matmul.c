@@ -18,6 +18,7 @@
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_matmul_iq.h"
+#include "backends/cpu/cpu_matmul_legacy.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/status.h"
@@ -298,6 +299,9 @@ const pl_cpu_mm_type *pl_cpu_mm_type_get(pl_dtype wtype) {
 #endif
     for (size_t i = 0; i < n; i++)
         if (tab[i].wtype == wtype) return &tab[i];
+    /* q4_0, q4_1, q5_0, q5_1 (cpu_matmul_legacy.c) */
+    const pl_cpu_mm_type *leg = pl_cpu_mm_type_get_legacy(wtype);
+    if (leg) return leg;
     /* the IQ / TQ / low-bit k-quant kernels (cpu_matmul_iq.c) */
     const pl_cpu_mm_type *lad = pl_cpu_mm_type_get_ladder(wtype);
     if (lad) return lad;

@@ -5,8 +5,9 @@
  * TLB and let the prefetchers run across what would be 4 KiB boundaries).
  *
  * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
- * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K with N % 8 == 0
- * (16-row panels, the last one zero-padded when N % 16 == 8),
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K / q4_0 / q5_0
+ * with N % 8 == 0 (16-row panels, the last one zero-padded when
+ * N % 16 == 8; q4_0 / q5_0 also not with PL_CPU_LEGACY=0),
  * f16 with N % 16 == 0. Everything else keeps the original layout and the
  * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
  *
@@ -60,6 +61,8 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_Q4_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q4K_X16 : PL_PACK_NONE;
         case PL_Q6_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q6K_X16 : PL_PACK_NONE;
         case PL_F16: return K % 8 == 0 && N % PL_F16X_GROUP == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
+        case PL_Q4_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q40_X16 : PL_PACK_NONE;
+        case PL_Q5_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q50_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -69,6 +72,8 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_Q4K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q4kx16);
         case PL_PACK_Q6K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q6kx16);
         case PL_PACK_F16_X16: return (size_t)N * (size_t)K * 2;
+        case PL_PACK_Q40_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q40x16);
+        case PL_PACK_Q50_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q50x16);
         default: return 0;
     }
 }
@@ -148,6 +153,41 @@ static void pl_pack_q6k_panel(const char *src, size_t row_bytes, int64_t nb, int
     }
 }
 
+/* q4_0 / q5_0: element j of a block has its low 4 bits in nibble j / 16 of
+ * qs[j % 16] and (q5_0) its fifth bit at bit j of the little-endian qh. */
+static inline int pl_q4_nib(const uint8_t *qs, int j) { return j < 16 ? qs[j] & 0xF : qs[j - 16] >> 4; }
+
+static void pl_pack_q40_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q40x16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q4_0 *x = (const block_q4_0 *)(src + r * row_bytes) + b;
+            out[b].d[r] = x->d;
+            for (int v = 0; v < 4; v++)
+                for (int e = 0; e < 4; e++)
+                    out[b].qs[v][4 * r + e] = (uint8_t)(pl_q4_nib(x->qs, 8 * v + e) | pl_q4_nib(x->qs, 8 * v + 4 + e) << 4);
+        }
+}
+
+static void pl_pack_q50_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q50x16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q5_0 *x = (const block_q5_0 *)(src + r * row_bytes) + b;
+            uint32_t qh;
+            memcpy(&qh, x->qh, 4);
+            out[b].d[r] = x->d;
+            for (int e = 0; e < 4; e++) {
+                uint8_t h = 0;
+                for (int c = 0; c < 8; c++) h |= (uint8_t)(((qh >> (4 * c + e)) & 1) << c);
+                out[b].qh[4 * r + e] = h;
+            }
+            for (int v = 0; v < 4; v++)
+                for (int e = 0; e < 4; e++)
+                    out[b].qs[v][4 * r + e] = (uint8_t)(pl_q4_nib(x->qs, 8 * v + e) | pl_q4_nib(x->qs, 8 * v + 4 + e) << 4);
+        }
+}
+
 static void pl_pack_f16_panel(const char *src, size_t row_bytes, int64_t K, uint16_t *out) {
     for (int r = 0; r < PL_F16X_GROUP; r++) {
         const uint16_t *x = (const uint16_t *)(src + r * row_bytes);
@@ -187,6 +227,8 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_Q4K_X16: pl_pack_q4k_panel(src, w->nb[1], K / QK_K, nr, (pl_q4kx16 *)dst); break;
             case PL_PACK_Q6K_X16: pl_pack_q6k_panel(src, w->nb[1], K / QK_K, nr, (pl_q6kx16 *)dst); break;
             case PL_PACK_F16_X16: pl_pack_f16_panel(src, w->nb[1], K, (uint16_t *)dst); break;
+            case PL_PACK_Q40_X16: pl_pack_q40_panel(src, w->nb[1], K / QK8_0, nr, (pl_q40x16 *)dst); break;
+            case PL_PACK_Q50_X16: pl_pack_q50_panel(src, w->nb[1], K / QK8_0, nr, (pl_q50x16 *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
@@ -315,6 +357,27 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
                         const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
                         out[32 * g + kk] = d1 * q - m1;
                     }
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q40_X16:
+        case PL_PACK_Q50_X16: {
+            /* (code - off) * d, as pl_dequantize_row_q4_0 / q5_0 */
+            const int64_t nb32 = K / QK8_0;
+            const bool q5 = pk->kind == PL_PACK_Q50_X16;
+            const size_t bsz = q5 ? sizeof(pl_q50x16) : sizeof(pl_q40x16);
+            const char *base = (const char *)pk->data + (size_t)(r / PL_KQX_ROWS) * (size_t)nb32 * bsz;
+            for (int64_t b = 0; b < nb32; b++, out += QK8_0) {
+                const char *xb = base + (size_t)b * bsz;
+                const uint16_t *dp = q5 ? ((const pl_q50x16 *)xb)->d : ((const pl_q40x16 *)xb)->d;
+                const uint8_t(*qs)[64] = q5 ? ((const pl_q50x16 *)xb)->qs : ((const pl_q40x16 *)xb)->qs;
+                const float d = pl_f16_to_f32(dp[l]);
+                for (int k = 0; k < QK8_0; k++) {
+                    const int c = k / 4, e = k % 4;
+                    int q = (qs[c / 2][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                    if (q5) q |= ((((const pl_q50x16 *)xb)->qh[4 * l + e] >> c) & 1) << 4;
+                    out[k] = (q - (q5 ? 16 : 8)) * d;
                 }
             }
             break;
