@@ -92,6 +92,21 @@ def test_repeat_reuses_all_but_last_token(one):
     assert first == ref and again == ref
 
 
+def test_generated_tokens_are_reused(one):
+    # The slot holds the prompt and every generated token that was fed back:
+    # all but the last one sampled, which never went through the model.
+    a = tokenize(one, "A list of colours: red,")
+    _, _, _ = complete(one, a, cache=False, max_tokens=6)
+    gen, _, _ = complete(one, a, cache=False, max_tokens=6)
+    follow = a + gen + tokenize(one, " and finally")
+    ref, _, _ = complete(one, follow, cache=False)
+    complete(one, LONG + LONG)  # other tokens in the slot's rows first
+    complete(one, a, max_tokens=6)
+    got, u, _ = complete(one, follow)
+    assert got == ref
+    assert cached(u) == len(a) + len(gen) - 1
+
+
 def test_diverging_mid_prefix(one):
     a = LONG + " riding had become a popular pastime."
     b = LONG[:120] + " many people thought it was a passing fashion."
