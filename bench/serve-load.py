@@ -17,6 +17,7 @@ import argparse
 import http.client
 import json
 import statistics
+import sys
 import threading
 import time
 import urllib.parse
@@ -70,7 +71,12 @@ def client(url, args, cid, out, lock):
             msgs.append({"role": "user", "content": QUESTIONS[(cid + c + t) % len(QUESTIONS)]})
             body = {"messages": msgs, "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
                     **args.extra}
-            ttft, itl, n, text = stream_turn(url, body)
+            try:
+                ttft, itl, n, text = stream_turn(url, body)
+            except (OSError, RuntimeError, ValueError) as e:
+                with lock:
+                    out["errors"].append(repr(e))
+                return
             msgs.append({"role": "assistant", "content": text})
             with lock:
                 out["tokens"] += n
@@ -93,7 +99,7 @@ def main():
     if not args.json:
         print(f"{'K':>3} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p95':>9} {'ITL p50':>8} {'ITL p95':>8}  TTFT p50 by turn (ms)")
     for k in [int(x) for x in args.clients.split(",")]:
-        out = {"tokens": 0, "ttft": [], "itl": [], "ttft_by_turn": {}}
+        out = {"tokens": 0, "ttft": [], "itl": [], "ttft_by_turn": {}, "errors": []}
         lock = threading.Lock()
         th = [threading.Thread(target=client, args=(args.url, args, i, out, lock)) for i in range(k)]
         t0 = time.perf_counter()
@@ -106,6 +112,8 @@ def main():
         row = {"clients": k, "tok_s": out["tokens"] / wall, "ttft_p50_ms": pct(out["ttft"], 50) * 1e3,
                "ttft_p95_ms": pct(out["ttft"], 95) * 1e3, "itl_p50_ms": pct(out["itl"], 50) * 1e3,
                "itl_p95_ms": pct(out["itl"], 95) * 1e3, "ttft_p50_ms_by_turn": by_turn}
+        if out["errors"]:
+            print(f"K={k}: {len(out['errors'])} conversation(s) failed, first: {out['errors'][0]}", file=sys.stderr)
         if args.json:
             print(json.dumps(row))
         else:
