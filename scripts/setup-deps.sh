@@ -2,7 +2,7 @@
 # Installs what building and testing PocketLLM needs on a fresh Debian/Ubuntu
 # machine (as root, or with sudo available). Safe to run repeatedly.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libmicrohttpd-dev python3)
+pkgs=(build-essential cmake pkg-config clang libclang-rt-dev libjansson-dev libmicrohttpd-dev python3 nginx)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -15,7 +15,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Python packages for the server tests (tests/server/requirements.txt).
-if ! python3 -c 'import openai, pytest, requests' 2>/dev/null; then
+if ! python3 -c 'import openai, pytest, requests, prometheus_client' 2>/dev/null; then
   req="$(cd "$(dirname "$0")/.." && pwd)/tests/server/requirements.txt"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO=sudo

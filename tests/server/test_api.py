@@ -85,6 +85,8 @@ def test_completion_greedy_matches_run(server, prompt):
     assert c["tokens"] == ref["tokens"]
     assert c["text"] == ref["text"]
     assert c["finish_reason"] == ref["finish_reason"]
+    # prompt_tokens_details.cached_tokens (prompt cache) is checked in test_prompt_cache.py
+    assert j["usage"].pop("prompt_tokens_details")["cached_tokens"] < len(ref["prompt_tokens"])
     assert j["usage"] == {"prompt_tokens": len(ref["prompt_tokens"]), "completion_tokens": len(ref["tokens"]),
                           "total_tokens": len(ref["prompt_tokens"]) + len(ref["tokens"])}
 

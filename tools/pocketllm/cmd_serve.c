@@ -26,8 +26,15 @@ static const char *serve_usage =
     "  --max-conns-per-ip N open connections from one client address; more get 503 (default 64;\n"
     "                       0 = no limit: set 0 behind a reverse proxy, where all come from one address)\n"
     "  --metrics            serve Prometheus metrics on GET /metrics\n"
+    "  --no-prompt-cache    do not reuse a slot's cached prompt prefix (request field cache_prompt:false\n"
+    "                       does the same for one request)\n"
+    "  --slot-prompt-similarity F  share of a prompt a free slot's cache must cover to be chosen over\n"
+    "                       the least recently used slot (default 0.5; 0 = always the longest match)\n"
+    "  --drain-timeout S    on SIGTERM, seconds to let running requests finish while new ones get 503\n"
+    "                       and /health answers 503 (default 30; a second signal stops at once)\n"
+    "  --health-queue-full-503  /health answers 503 while every slot is busy and the queue is full\n"
     "routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
-    "        POST /tokenize, POST /detokenize, GET /metrics (with --metrics)\n";
+    "        GET /slots, POST /tokenize, POST /detokenize, GET /metrics (with --metrics)\n";
 
 static int cmd_serve(int argc, char **argv) {
     pl_srv_config cfg = {0};
@@ -41,6 +48,9 @@ static int cmd_serve(int argc, char **argv) {
     cfg.request_timeout = 15;
     cfg.max_conns = 1024;
     cfg.max_conns_per_ip = 64;
+    cfg.prompt_cache = true;
+    cfg.slot_similarity = 0.5f;
+    cfg.drain_timeout = 30;
     const char *v;
     bool bad = false;
     long long x;
@@ -48,6 +58,15 @@ static int cmd_serve(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(serve_usage, stdout); return 0; }
         else if (!strcmp(a, "--metrics")) cfg.metrics = true;
+        else if (!strcmp(a, "--no-prompt-cache")) cfg.prompt_cache = false;
+        else if (!strcmp(a, "--health-queue-full-503")) cfg.health_queue_full_503 = true;
+        else if (pl_cli_opt(argc, argv, &i, "--slot-prompt-similarity", &v, &bad)) {
+            double f;
+            if (bad) break;
+            if (!pl_cli_parse_float(v, &f) || !(f >= 0 && f <= 1))
+                return pl_cli_error("bad --slot-prompt-similarity '%s' (a number from 0 to 1)", v);
+            cfg.slot_similarity = (float)f;
+        }
         else if (pl_cli_opt(argc, argv, &i, "--model", &cfg.model_path, &bad) ||
                  pl_cli_opt(argc, argv, &i, "-m", &cfg.model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--host", &cfg.host, &bad)) {}
@@ -72,6 +91,7 @@ static int cmd_serve(int argc, char **argv) {
         INT_OPT("--request-timeout", 1, 86400, request_timeout)
         INT_OPT("--max-conns", 1, 1 << 16, max_conns)
         INT_OPT("--max-conns-per-ip", 0, 1 << 16, max_conns_per_ip)
+        INT_OPT("--drain-timeout", 0, 86400, drain_timeout)
 #undef INT_OPT
         else return pl_cli_error("serve: unknown option '%s' (see 'pocketllm serve --help')", a);
     }
@@ -155,6 +175,22 @@ static int cmd_serve(int argc, char **argv) {
 
     int sig = 0;
     sigwait(&sigs, &sig);
+    if (sig == SIGTERM && cfg.drain_timeout > 0) {
+        /* Graceful drain (what an orchestrator or balancer sends): /health
+         * and new generation requests answer 503 so balancers move on, and
+         * what is queued or running finishes and is sent, up to
+         * --drain-timeout. A second signal ends the wait. */
+        atomic_store(&s.state, PL_SRV_DRAINING);
+        int load = pl_srv_load(&s);
+        pl_srv_log("SIGTERM: draining %d request%s (at most %d s)", load, load == 1 ? "" : "s", cfg.drain_timeout);
+        double until = pl_srv_now() + cfg.drain_timeout;
+        struct timespec tick = {0, 50 * 1000000L};
+        while ((load = pl_srv_load(&s)) > 0 && pl_srv_now() < until) {
+            if (sigtimedwait(&sigs, NULL, &tick) > 0) break;
+        }
+        if (load > 0) pl_srv_log("drain: %d request%s still running; stopping them", load, load == 1 ? "" : "s");
+        else pl_srv_log("drain: done");
+    }
     pl_srv_log("signal %d: shutting down", sig);
 done:
     atomic_store(&s.state, PL_SRV_STOPPING);
@@ -163,7 +199,7 @@ done:
     pl_srv_sched_stop(&s);
     pl_srv_http_stop(&s);
     pl_srv_chat_free(&s);
-    free(s.slot_seq);
+    pl_srv_sched_free(&s);
     pl_model_free(s.model);
     return rc;
 }

@@ -52,6 +52,17 @@ typedef struct pl_srv_config {
     int request_timeout;
     int max_conns;
     int max_conns_per_ip;
+    /* Serving at scale (issue 17). prompt_cache: a finished request leaves
+     * its KV cache in its slot and a new request whose prompt starts the
+     * same way prefills only the rest; slot_similarity: the share of a
+     * prompt a free slot's cache must cover for that slot to be chosen over
+     * the least recently used one (llama-server's --slot-prompt-similarity).
+     * drain_timeout: seconds SIGTERM waits for running requests.
+     * health_queue_full_503: /health answers 503 while the queue is full. */
+    bool prompt_cache;
+    float slot_similarity;
+    int drain_timeout;
+    bool health_queue_full_503;
 } pl_srv_config;
 
 /* An API error in OpenAI's shape. */
@@ -87,6 +98,8 @@ typedef struct pl_srv_seq {
     int32_t pos;                 /* position of the next token fed */
     int32_t next_tok;            /* sampled, to be fed next step */
     pl_sampler *smp;
+    size_t n_cached;             /* prompt tokens reused from the slot's cache */
+    double t_last;               /* time of the last token (inter-token latency) */
     /* guarded by req->mu */
     pl_srv_text text;
     int32_t *tokens;             /* every sampled token (the EOG one included) */
@@ -116,6 +129,7 @@ typedef struct pl_srv_request {
 
     pl_srv_kind kind;
     bool stream, include_usage, return_tokens;
+    bool cache_prompt;           /* may reuse a slot's cached prefix (default true) */
     pl_sampler_params sp;
     long long max_tokens;        /* < 0: until the context is full */
     char *stops[PL_SRV_MAX_STOPS];
@@ -135,6 +149,7 @@ typedef struct pl_srv_request {
     float *bias;
     size_t n_bias;
     int n_logprobs;              /* top alternatives per token; -1: logprobs not asked for */
+    size_t usage_cached;         /* of those, reused from a slot's cache (set at admission, under mu) */
 
     /* guarded by mu */
     int n_done;
@@ -149,7 +164,16 @@ typedef struct pl_srv_request {
     struct pl_srv_request *next; /* queue link (guarded by the server's mu) */
 } pl_srv_request;
 
-enum { PL_SRV_LOADING, PL_SRV_READY, PL_SRV_STOPPING };
+/* DRAINING: SIGTERM came; running requests finish, new ones get 503. */
+enum { PL_SRV_LOADING, PL_SRV_READY, PL_SRV_STOPPING, PL_SRV_DRAINING };
+
+/* A Prometheus histogram with fixed bucket bounds (seconds). */
+#define PL_SRV_HIST_BUCKETS 14
+typedef struct pl_srv_hist {
+    uint64_t count[PL_SRV_HIST_BUCKETS + 1]; /* the last one is +Inf */
+    double sum;
+    uint64_t n;
+} pl_srv_hist;
 
 typedef struct pl_srv {
     pl_srv_config cfg;
@@ -177,12 +201,23 @@ typedef struct pl_srv {
     double win_t0;               /* throughput window */
     uint64_t win_tok;
     double rate;
+    /* prompt cache and latency metrics (issue 17), guarded by mu */
+    uint64_t m_prompt_all, m_cache_hits, m_cache_queries, m_cache_tok, m_success;
+    uint64_t m_status[6];        /* HTTP answers by class: [4] 4xx, [5] 5xx */
+    uint64_t m_err_code[8];      /* error answers by code, see pl_srv_count_status */
+    pl_srv_hist h_ttft, h_itl;
+    int32_t *slot_pos;           /* KV positions held per slot (busy or cached) */
+    int32_t *slot_cached;        /* tokens the slot's cache holds for reuse */
+    atomic_int inflight;         /* generation requests not yet answered in full */
 
     /* scheduler thread only */
     pthread_t sched;
     bool sched_running;
     pl_srv_seq **slot_seq;
     uint64_t admit_counter;
+    int32_t **slot_tok;          /* the tokens in each slot's KV cache, positions 0.. */
+    size_t *slot_cap;
+    uint64_t *slot_used_at;      /* admission number of the slot's last user (LRU) */
 
     struct MHD_Daemon *daemon;
     int bound_port;
@@ -195,6 +230,8 @@ typedef struct pl_srv {
 /* server_sched.c */
 pl_status pl_srv_sched_start(pl_srv *s);
 void pl_srv_sched_stop(pl_srv *s);
+/* Frees the slots' prompt caches (after pl_srv_sched_stop). */
+void pl_srv_sched_free(pl_srv *s);
 pl_srv_request *pl_srv_request_new(void);
 void pl_srv_request_unref(pl_srv_request *r);
 /* Queues r (takes a reference). 0 ok, -1 queue full. */
@@ -202,6 +239,12 @@ int pl_srv_submit(pl_srv *s, pl_srv_request *r);
 /* The client went away: stop generating and free the slots at the next step. */
 void pl_srv_cancel(pl_srv *s, pl_srv_request *r);
 void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *out);
+/* GET /slots: per slot id, state, cached tokens; queue depth. */
+json_t *pl_srv_slots_json(pl_srv *s);
+/* Counts one HTTP answer for /metrics (errors by status). */
+void pl_srv_count_status(pl_srv *s, unsigned status);
+/* Requests queued or running (drain waits for 0). */
+int pl_srv_load(pl_srv *s);
 double pl_srv_now(void);
 void pl_srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -81,6 +81,7 @@ typedef struct conn_ctx {
     unsigned status;
     bool streamed;
     bool close;              /* the response says Connection: close */
+    bool inflight;           /* counted in s->inflight until the answer is sent (drain) */
     char line[272];          /* "METHOD /path" for the access log, escaped */
 } conn_ctx;
 
@@ -460,7 +461,14 @@ static void stream_free(void *cls) {
 /* ---- routes -------------------------------------------------------------------*/
 
 static enum MHD_Result handle_generate(pl_srv *s, struct MHD_Connection *c, conn_ctx *cc, pl_srv_kind kind) {
-    if (atomic_load(&s->state) != PL_SRV_READY)
+    /* Counted before the state is read: a drain that starts after this
+     * waits for the answer (on_completed uncounts it once it is sent). */
+    atomic_fetch_add(&s->inflight, 1);
+    cc->inflight = true;
+    int state = atomic_load(&s->state);
+    if (state == PL_SRV_DRAINING || state == PL_SRV_STOPPING)
+        return fail(c, 503, NULL, "shutting_down", "the server is shutting down; retry on another replica");
+    if (state != PL_SRV_READY)
         return fail(c, 503, NULL, "model_loading", "the model is still loading");
     pl_srv_error e;
     memset(&e, 0, sizeof e);
@@ -651,7 +659,7 @@ static enum MHD_Result route(pl_srv *s, struct MHD_Connection *c, conn_ctx *cc, 
     struct { const char *path; bool post; int id; } routes[] = {
         {"/health", false, 0},           {"/v1/models", false, 1},   {"/metrics", false, 2},
         {"/v1/chat/completions", true, 3}, {"/v1/completions", true, 4}, {"/tokenize", true, 5},
-        {"/detokenize", true, 6},
+        {"/detokenize", true, 6},        {"/slots", false, 7},
     };
     int id = -1;
     bool want_post = false;
@@ -672,9 +680,26 @@ static enum MHD_Result route(pl_srv *s, struct MHD_Connection *c, conn_ctx *cc, 
         return fail(c, 413, NULL, "request_too_large", msg);
     }
     switch (id) {
-    case 0:
-        if (atomic_load(&s->state) == PL_SRV_READY) return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
-        return fail(c, 503, NULL, "model_loading", "the model is still loading");
+    case 0: {
+        /* Readiness for load balancers: 503 while loading, while draining
+         * after SIGTERM, and (--health-queue-full-503) while no request could
+         * be queued, so that traffic goes to another replica. */
+        int state = atomic_load(&s->state);
+        if (state == PL_SRV_DRAINING || state == PL_SRV_STOPPING)
+            return fail(c, 503, NULL, "shutting_down", "the server is shutting down");
+        if (state != PL_SRV_READY) return fail(c, 503, NULL, "model_loading", "the model is still loading");
+        if (s->cfg.health_queue_full_503) {
+            pthread_mutex_lock(&s->mu);
+            bool full = s->q_len >= s->cfg.queue && s->slots_busy >= s->n_seq;
+            pthread_mutex_unlock(&s->mu);
+            if (full) return fail(c, 503, NULL, "queue_full", "every slot is busy and the queue is full");
+        }
+        return send_json(c, 200, json_pack("{s:s}", "status", "ok"));
+    }
+    case 7:
+        if (atomic_load(&s->state) == PL_SRV_LOADING)
+            return fail(c, 503, NULL, "model_loading", "the model is still loading");
+        return send_json(c, 200, pl_srv_slots_json(s));
     case 1: return send_json(c, 200, pl_srv_models_json(s));
     case 2: {
         pl_srv_buf o = {0};
@@ -761,6 +786,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     const char *how = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)";
     if (cc->status != 0 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
         pl_srv_log("%s -> %u%s in %.1f ms", cc->line, cc->status, how, (pl_srv_now() - cc->t0) * 1e3);
+    if (cc->status) pl_srv_count_status(s, cc->status);
+    if (cc->inflight) atomic_fetch_sub(&s->inflight, 1);
     pl_srv_buf_free(&cc->body);
     free(cc);
     *con_cls = NULL;

@@ -253,7 +253,7 @@ static void log_unknown(json_t *body, pl_srv_kind kind) {
                                    "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
                                    "logit_bias", "repetition_penalty", "repeat_last_n", "response_format", "tools", "tool_choice", "functions",
                                    "function_call", "echo", "suffix", "best_of", "return_tokens", "store",
-                                   "metadata", "service_tier", "parallel_tool_calls", NULL};
+                                   "cache_prompt", "metadata", "service_tier", "parallel_tool_calls", NULL};
     static const char *chat[] = {"messages", "chat_template_kwargs", "reasoning_effort", "reasoning_format", NULL};
     static const char *compl[] = {"prompt", NULL};
     const char *key;
@@ -724,6 +724,10 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
         if (!absent(iu) && get_bool(iu, "stream_options.include_usage", &r->include_usage, e)) goto bad;
     }
     if (!absent(v = json_object_get(body, "return_tokens")) && get_bool(v, "return_tokens", &r->return_tokens, e)) goto bad;
+    /* llama-server's field: false keeps this request from reusing a slot's
+     * cached prompt prefix (the output is the same either way). */
+    r->cache_prompt = true;
+    if (!absent(v = json_object_get(body, "cache_prompt")) && get_bool(v, "cache_prompt", &r->cache_prompt, e)) goto bad;
     /* max_completion_tokens is the newer name; it wins when both are set. */
     if (!absent(v = json_object_get(body, "max_tokens"))) {
         if (get_int(v, "max_tokens", 1, INT32_MAX, &k, e)) goto bad;
@@ -853,8 +857,14 @@ static const char *model_name(pl_srv *s) { return s->model_id; }
 json_t *pl_srv_usage_json(pl_srv_request *r) {
     size_t gen = 0;
     for (int i = 0; i < r->n_seqs; i++) gen += r->seqs[i].n_tokens;
-    return json_pack("{s:I, s:I, s:I}", "prompt_tokens", (json_int_t)r->usage_prompt, "completion_tokens",
-                     (json_int_t)gen, "total_tokens", (json_int_t)(r->usage_prompt + gen));
+    /* Not locked: callers may hold r->mu (the streamed usage chunk). It is
+     * written at admission, before the first token is published under
+     * r->mu, and usage is built only after the last one. */
+    size_t cached = r->usage_cached;
+    /* OpenAI's shape: prompt_tokens counts the cached ones too. */
+    return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)r->usage_prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)(r->usage_prompt + gen), "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
 }
 
 static json_t *tokens_json(const pl_srv_seq *q) {

@@ -13,6 +13,19 @@
  *
  * A request needs one free slot per choice (n x prompts); it is admitted
  * whole, in arrival order, when that many slots are free.
+ *
+ * Prompt cache: a finished sequence leaves its KV cache in its slot, and the
+ * slot remembers the tokens at positions 0.. (slot_tok). A new sequence takes
+ * the free slot whose tokens share the longest prefix with its prompt when
+ * that prefix covers more than --slot-prompt-similarity of the prompt
+ * (llama-server's rule), else the least recently used free slot; either way
+ * it prefills only what follows the common prefix. Attention reads a slot's
+ * positions 0..pos only, so the stale rows past the prefix need no clearing:
+ * they are overwritten before they are read. The last prompt token is always
+ * evaluated again, since its logits were not kept. Each token's K/V rows
+ * depend only on the tokens before it, and the forward pass is
+ * batch-invariant, so starting mid-sequence gives the same numbers as a full
+ * prefill (tests/server/test_prompt_cache.py checks token identity).
  */
 #include "server.h"
 #include <stdarg.h>
@@ -135,6 +148,19 @@ void pl_srv_cancel(pl_srv *s, pl_srv_request *r) {
 
 /* ---- scheduler thread ------------------------------------------------------*/
 
+/* Latency histogram bounds in seconds (TTFT and inter-token latency): from a
+ * millisecond (a tiny model decoding) to ten seconds (a long queue). */
+static const double hist_le[PL_SRV_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+                                                    0.1,   0.25,   0.5,   1.0,  2.5,   5.0,  10.0};
+
+static void hist_observe(pl_srv_hist *h, double v) {
+    int b = 0;
+    while (b < PL_SRV_HIST_BUCKETS && v > hist_le[b]) b++;
+    h->count[b]++;
+    h->sum += v;
+    h->n++;
+}
+
 static int free_slots(pl_srv *s) {
     int n = 0;
     for (int i = 0; i < s->n_seq; i++) n += s->slot_seq[i] == NULL;
@@ -143,13 +169,40 @@ static int free_slots(pl_srv *s) {
 
 /* Marks seq finished and frees its slot. Returns true when that was the last
  * running sequence of its request (the scheduler then drops its reference). */
+/* Remembers what slot q's KV cache holds as q leaves it: the prompt, then
+ * the sampled tokens that were fed back (q->pos positions in all; the last
+ * sampled token never was). After a failed step the cache is in an unknown
+ * state and is forgotten. */
+static int32_t slot_keep(pl_srv *s, pl_srv_seq *q, bool ok) {
+    int slot = q->slot;
+    if (!s->cfg.prompt_cache || !ok || q->pos <= 0) return 0;
+    size_t n = (size_t)q->pos;
+    if (n > s->slot_cap[slot]) {
+        int32_t *t = realloc(s->slot_tok[slot], n * sizeof *t);
+        if (!t) return 0;
+        s->slot_tok[slot] = t;
+        s->slot_cap[slot] = n;
+    }
+    size_t np = n < q->n_prompt ? n : q->n_prompt;
+    memcpy(s->slot_tok[slot], q->prompt, np * sizeof *q->prompt);
+    /* q->tokens is written by this thread only: no lock needed to read it. */
+    size_t ng = n - np;
+    if (ng > q->n_tokens) ng = q->n_tokens;
+    if (ng) memcpy(s->slot_tok[slot] + np, q->tokens, ng * sizeof *q->tokens);
+    return (int32_t)(np + ng);
+}
+
 static bool seq_finish(pl_srv *s, pl_srv_seq *q, const char *finish) {
     pl_srv_request *r = q->req;
     if (q->slot >= 0) {
+        int32_t kept = slot_keep(s, q, strcmp(finish, "error") != 0);
+        int slot = q->slot;
         s->slot_seq[q->slot] = NULL;
         q->slot = -1;
         /* At once, not after the step: pl_srv_submit counts free slots. */
         pthread_mutex_lock(&s->mu);
+        s->slot_cached[slot] = kept;
+        s->slot_pos[slot] = -1;
         s->slots_busy = s->n_seq - free_slots(s);
         pthread_mutex_unlock(&s->mu);
     }
@@ -182,6 +235,32 @@ static void request_fail(pl_srv *s, pl_srv_request *r, int http, const char *msg
     if (last) pl_srv_request_unref(r);
 }
 
+/* Under s->mu: picks the free slot for q (see the top of this file) and
+ * returns how many of its prompt tokens that slot's cache already holds. */
+static int pick_slot(pl_srv *s, const pl_srv_seq *q, size_t *reuse) {
+    bool cache = s->cfg.prompt_cache && q->req->cache_prompt;
+    int best = -1, lru = -1;
+    size_t best_lcp = 0, lru_lcp = 0;
+    for (int i = 0; i < s->n_seq; i++) {
+        if (s->slot_seq[i]) continue;
+        size_t lcp = 0, n = (size_t)s->slot_cached[i];
+        if (cache)
+            while (lcp < n && lcp < q->n_prompt && s->slot_tok[i][lcp] == q->prompt[lcp]) lcp++;
+        if (best < 0 || lcp > best_lcp) { best = i; best_lcp = lcp; }
+        if (lru < 0 || s->slot_used_at[i] < s->slot_used_at[lru]) { lru = i; lru_lcp = lcp; }
+    }
+    int slot = lru;
+    size_t lcp = lru_lcp;
+    if (best_lcp > 0 && (double)best_lcp / (double)q->n_prompt > (double)s->cfg.slot_similarity) {
+        slot = best;
+        lcp = best_lcp;
+    }
+    /* The last prompt token is evaluated again: its logits were not kept. */
+    if (lcp >= q->n_prompt) lcp = q->n_prompt - 1;
+    *reuse = lcp;
+    return slot;
+}
+
 /* Under s->mu: drops cancelled requests from the queue, then admits from the
  * head while enough slots are free. */
 static void admit(pl_srv *s) {
@@ -204,17 +283,36 @@ static void admit(pl_srv *s) {
         s->q_head = r->next;
         if (!s->q_head) s->q_tail = NULL;
         s->q_len--;
+        size_t cached = 0;
+        int per_prompt = r->n_prompts > 0 ? r->n_seqs / r->n_prompts : 1;
         for (int i = 0; i < r->n_seqs; i++) {
             pl_srv_seq *q = &r->seqs[i];
-            int slot = 0;
-            while (s->slot_seq[slot]) slot++;
+            size_t reuse = 0;
+            int slot = pick_slot(s, q, &reuse);
             s->slot_seq[slot] = q;
             q->slot = slot;
             q->state = PL_SEQ_PREFILL;
             q->admit_no = s->admit_counter++;
-            q->n_fed = 0;
-            q->pos = 0;
+            s->slot_used_at[slot] = q->admit_no + 1;
+            /* The slot's cache now holds the prompt's first `reuse` tokens
+             * only; what it held past them is prefilled over. */
+            pl_model_kv_truncate(s->model, slot, (int32_t)reuse);
+            s->slot_cached[slot] = (int32_t)reuse;
+            s->slot_pos[slot] = (int32_t)reuse;
+            q->n_cached = reuse;
+            q->n_fed = reuse;
+            q->pos = (int32_t)reuse;
+            q->t_last = 0;
+            /* usage counts each distinct prompt once (its first choice). */
+            if (i % per_prompt == 0) cached += reuse;
+            s->m_prompt_all += q->n_prompt;
+            s->m_cache_queries += q->n_prompt;
+            s->m_cache_tok += reuse;
+            s->m_cache_hits += reuse > 0;
         }
+        pthread_mutex_lock(&r->mu);
+        r->usage_cached = cached;
+        pthread_mutex_unlock(&r->mu);
     }
     s->slots_busy = s->n_seq - free_slots(s);
 }
@@ -285,7 +383,9 @@ static void *sched_main(void *arg) {
     pl_srv_seq **rows = malloc((size_t)n_seq * sizeof *rows);
     pl_srv_seq **order = malloc((size_t)n_seq * sizeof *order);
     float *logits = malloc((size_t)n_seq * n_vocab * sizeof *logits);
-    if (!tok || !pos || !seq || !want || !rows || !order || !logits) {
+    double *lat_ttft = malloc((size_t)n_seq * sizeof *lat_ttft);
+    double *lat_itl = malloc((size_t)n_seq * sizeof *lat_itl);
+    if (!tok || !pos || !seq || !want || !rows || !order || !logits || !lat_ttft || !lat_itl) {
         pl_srv_log("scheduler: out of memory; generation is unavailable");
         pthread_mutex_lock(&s->mu);
         while (!s->stop_sched) pthread_cond_wait(&s->cv, &s->mu);
@@ -380,6 +480,20 @@ static void *sched_main(void *arg) {
                 q->chunk = 0;
             }
         }
+        /* Latency: a row's token exists once the step is over. Observed
+         * before sampling, which may finish (and free) the request. */
+        double t_tok = pl_srv_now();
+        int n_ttft = 0, n_itl = 0;
+        for (int i = 0; i < nrows; i++) {
+            pl_srv_seq *q = rows[i];
+            if (q->state == PL_SEQ_DONE) continue;
+            if (q->t_last == 0) {
+                if (q->index == 0) lat_ttft[n_ttft++] = t_tok - q->req->t_submit;
+            } else {
+                lat_itl[n_itl++] = t_tok - q->t_last;
+            }
+            q->t_last = t_tok;
+        }
         for (int i = 0; i < nrows; i++) {
             pl_srv_seq *q = rows[i];
             if (q->state == PL_SEQ_DONE) continue;
@@ -412,6 +526,10 @@ static void *sched_main(void *arg) {
             s->win_tok = 0;
         }
         s->slots_busy = n_seq - free_slots(s);
+        for (int i = 0; i < n_ttft; i++) hist_observe(&s->h_ttft, lat_ttft[i]);
+        for (int i = 0; i < n_itl; i++) hist_observe(&s->h_itl, lat_itl[i]);
+        for (int i = 0; i < n_seq; i++)
+            if (s->slot_seq[i]) s->slot_pos[i] = s->slot_seq[i]->pos;
     }
     /* Shutting down: everything still queued or running fails with 503. */
     while (s->q_head) {
@@ -429,6 +547,7 @@ static void *sched_main(void *arg) {
         if (s->slot_seq[i]) request_fail(s, s->slot_seq[i]->req, 503, "the server is shutting down");
 out:
     free(tok); free(pos); free(seq); free(want); free(rows); free(order); free(logits);
+    free(lat_ttft); free(lat_itl);
     return NULL;
 }
 
@@ -443,8 +562,16 @@ pl_status pl_srv_sched_start(pl_srv *s) {
      * forward steps allocate nothing this large. */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
 #endif
-    s->slot_seq = calloc((size_t)s->n_seq, sizeof *s->slot_seq);
-    if (!s->slot_seq) return PL_ERR_NO_MEMORY;
+    size_t n = (size_t)s->n_seq;
+    s->slot_seq = calloc(n, sizeof *s->slot_seq);
+    s->slot_tok = calloc(n, sizeof *s->slot_tok);
+    s->slot_cap = calloc(n, sizeof *s->slot_cap);
+    s->slot_used_at = calloc(n, sizeof *s->slot_used_at);
+    s->slot_pos = calloc(n, sizeof *s->slot_pos);
+    s->slot_cached = calloc(n, sizeof *s->slot_cached);
+    if (!s->slot_seq || !s->slot_tok || !s->slot_cap || !s->slot_used_at || !s->slot_pos || !s->slot_cached)
+        return PL_ERR_NO_MEMORY;
+    for (size_t i = 0; i < n; i++) s->slot_pos[i] = -1;
     if (pthread_create(&s->sched, NULL, sched_main, s) != 0) return PL_ERR_INTERNAL;
     s->sched_running = true;
     return PL_OK;
@@ -458,6 +585,36 @@ void pl_srv_sched_stop(pl_srv *s) {
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->sched, NULL);
     s->sched_running = false;
+}
+
+void pl_srv_sched_free(pl_srv *s) {
+    for (int i = 0; s->slot_tok && i < s->n_seq; i++) free(s->slot_tok[i]);
+    free(s->slot_tok); free(s->slot_cap); free(s->slot_used_at); free(s->slot_pos); free(s->slot_cached);
+    free(s->slot_seq);
+    s->slot_tok = NULL; s->slot_cap = NULL; s->slot_used_at = NULL; s->slot_pos = NULL; s->slot_cached = NULL;
+    s->slot_seq = NULL;
+}
+
+int pl_srv_load(pl_srv *s) {
+    pthread_mutex_lock(&s->mu);
+    int n = s->q_len + s->slots_busy;
+    pthread_mutex_unlock(&s->mu);
+    return n + atomic_load(&s->inflight);
+}
+
+json_t *pl_srv_slots_json(pl_srv *s) {
+    json_t *slots = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; s->slot_pos && i < s->n_seq; i++) {
+        bool busy = s->slot_pos[i] >= 0;
+        json_array_append_new(slots, json_pack("{s:i, s:s, s:i, s:i}", "id", i, "state", busy ? "busy" : "idle",
+                                               "cached_tokens", busy ? s->slot_pos[i] : s->slot_cached[i],
+                                               "n_ctx", s->n_ctx));
+    }
+    json_t *o = json_pack("{s:o, s:i, s:i, s:i}", "slots", slots, "queue_depth", s->q_len, "queue_capacity",
+                          s->cfg.queue, "slots_busy", s->slots_busy);
+    pthread_mutex_unlock(&s->mu);
+    return o;
 }
 
 /* ---- metrics ----------------------------------------------------------------*/
@@ -490,5 +647,87 @@ void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
     metric(o, "slots_busy", "gauge", "KV-cache slots in use.", (double)s->slots_busy);
     metric(o, "slots_total", "gauge", "KV-cache slots (--parallel).", (double)s->n_seq);
     metric(o, "queue_depth", "gauge", "Requests waiting for a slot.", (double)s->q_len);
+
+    /* Issue 17: the pocketllm: names, then the names load balancers read
+     * (the Gateway API inference extension's model server protocol reads
+     * vLLM's queue and KV-cache gauges; llama-server's are for dashboards
+     * made for it). The KV cache in use is the positions held by busy slots:
+     * a prompt cache left in an idle slot is given up to the next request,
+     * so it is not load. */
+    double kv = 0;
+    for (int i = 0; s->slot_pos && i < s->n_seq; i++)
+        if (s->slot_pos[i] > 0) kv += s->slot_pos[i];
+    double kv_ratio = s->n_seq > 0 && s->n_ctx > 0 ? kv / ((double)s->n_seq * s->n_ctx) : 0.0;
+    struct { const char *name, *type, *help; double v; } g[] = {
+        {"pocketllm:num_requests_running", "gauge", "Requests holding slots.", (double)s->slots_busy},
+        {"pocketllm:num_requests_waiting", "gauge", "Requests waiting for a slot.", (double)s->q_len},
+        {"pocketllm:kv_cache_usage_ratio", "gauge", "KV-cache positions in use by running requests (0-1).",
+         kv_ratio},
+        {"pocketllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests, cached ones included.",
+         (double)s->m_prompt_all},
+        {"pocketllm:prompt_tokens_processed_total", "counter", "Prompt tokens evaluated (not taken from the cache).",
+         (double)s->m_prompt_tok},
+        {"pocketllm:generation_tokens_total", "counter", "Tokens generated.", (double)s->m_gen_tok},
+        {"pocketllm:prompt_cache_hits_total", "counter", "Sequences that reused a cached prompt prefix.",
+         (double)s->m_cache_hits},
+        {"pocketllm:prompt_cache_tokens_total", "counter", "Prompt tokens reused from the prompt cache.",
+         (double)s->m_cache_tok},
+        {"vllm:num_requests_running", "gauge", "Requests holding slots (vLLM name).", (double)s->slots_busy},
+        {"vllm:num_requests_waiting", "gauge", "Requests waiting for a slot (vLLM name).", (double)s->q_len},
+        {"vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, 1 = full (vLLM name).", kv_ratio},
+        {"vllm:kv_cache_usage_perc", "gauge", "KV-cache usage, 1 = full (vLLM name).", kv_ratio},
+        {"vllm:prompt_tokens_total", "counter", "Prompt tokens (vLLM name).", (double)s->m_prompt_all},
+        {"vllm:generation_tokens_total", "counter", "Generated tokens (vLLM name).", (double)s->m_gen_tok},
+        {"vllm:prefix_cache_queries_total", "counter", "Prompt tokens looked up in the prefix cache (vLLM name).",
+         (double)s->m_cache_queries},
+        {"vllm:prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache (vLLM name).",
+         (double)s->m_cache_tok},
+        {"llamacpp:requests_processing", "gauge", "Requests holding slots (llama-server name).",
+         (double)s->slots_busy},
+        {"llamacpp:requests_deferred", "gauge", "Requests waiting for a slot (llama-server name).",
+         (double)s->q_len},
+        {"llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage 0-1 (llama-server name).", kv_ratio},
+    };
+    for (size_t i = 0; i < sizeof g / sizeof g[0]; i++)
+        pl_srv_buf_addf(o, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", g[i].name, g[i].help, g[i].name, g[i].type,
+                        g[i].name, g[i].v);
+    struct { const char *name, *help; const pl_srv_hist *h; } hs[] = {
+        {"pocketllm:time_to_first_token_seconds", "Time from arrival to the first token.", &s->h_ttft},
+        {"pocketllm:inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", &s->h_itl},
+        {"vllm:time_to_first_token_seconds", "Time to the first token (vLLM name).", &s->h_ttft},
+        {"vllm:time_per_output_token_seconds", "Time between tokens (vLLM name).", &s->h_itl},
+    };
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        const pl_srv_hist *h = hs[i].h;
+        pl_srv_buf_addf(o, "# HELP %s %s\n# TYPE %s histogram\n", hs[i].name, hs[i].help, hs[i].name);
+        uint64_t cum = 0;
+        for (int b = 0; b < PL_SRV_HIST_BUCKETS; b++) {
+            cum += h->count[b];
+            pl_srv_buf_addf(o, "%s_bucket{le=\"%g\"} %llu\n", hs[i].name, hist_le[b], (unsigned long long)cum);
+        }
+        pl_srv_buf_addf(o, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", hs[i].name,
+                        (unsigned long long)h->n, hs[i].name, h->sum, hs[i].name, (unsigned long long)h->n);
+    }
+    static const char *const classes[] = {"", "", "2xx", "3xx", "4xx", "5xx"};
+    pl_srv_buf_addf(o, "# HELP pocketllm:http_responses_total HTTP answers by status class.\n"
+                       "# TYPE pocketllm:http_responses_total counter\n");
+    for (int c = 2; c < 6; c++)
+        pl_srv_buf_addf(o, "pocketllm:http_responses_total{status=\"%s\"} %llu\n", classes[c],
+                        (unsigned long long)s->m_status[c]);
+    static const unsigned codes[] = {400, 401, 404, 405, 413, 429, 500, 503};
+    pl_srv_buf_addf(o, "# HELP pocketllm:errors_total Error answers by HTTP status.\n"
+                       "# TYPE pocketllm:errors_total counter\n");
+    for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++)
+        pl_srv_buf_addf(o, "pocketllm:errors_total{status=\"%u\"} %llu\n", codes[c],
+                        (unsigned long long)s->m_err_code[c]);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void pl_srv_count_status(pl_srv *s, unsigned status) {
+    static const unsigned codes[] = {400, 401, 404, 405, 413, 429, 500, 503};
+    pthread_mutex_lock(&s->mu);
+    if (status >= 200 && status < 600) s->m_status[status / 100]++;
+    for (size_t c = 0; c < sizeof codes / sizeof codes[0]; c++)
+        if (codes[c] == status) s->m_err_code[c]++;
     pthread_mutex_unlock(&s->mu);
 }
