@@ -137,6 +137,14 @@ def test_slow_client_flood(make_server):
     lat, fails = _timed_requests(s.url, until=time.time() + ATTACK_S)
     t.stop.set()
     t.join(timeout=10)
+    # The idle baseline again, after the flood: on a shared 2-core machine
+    # (ctest -j2 runs another test beside this one) a single short idle
+    # window can fall in a quiet moment; the larger of the two windows is
+    # the idle server in the same conditions as the flood.
+    time.sleep(0.5)
+    idle2_lat, idle2_fail = _timed_requests(s.url, count=IDLE_N)
+    assert not idle2_fail, idle2_fail[:5]
+    p95_idle = max(p95_idle, _p95(idle2_lat))
     total = len(lat) + len(fails)
     p95 = _p95(lat)
     print(f"\nslow clients: {N_TRICKLE} trickling sockets for {ATTACK_S:.0f} s, trickler {t.stats}; "
