@@ -26,6 +26,8 @@ struct pl_sampler {
     uint64_t s[4];
     cand *c;
     uint64_t n_sampled;   /* calls so far: names the token in an error */
+    pl_grammar *grammar;  /* not owned; NULL: unconstrained */
+    float *masked;        /* logits copy the grammar masks */
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -80,6 +82,7 @@ PL_API pl_status pl_sampler_create(const pl_sampler_params *p, int32_t n_vocab, 
 PL_API void pl_sampler_free(pl_sampler *s) {
     if (!s) return;
     free(s->c);
+    free(s->masked);
     free(s);
 }
 
@@ -137,11 +140,46 @@ static int32_t bad_logits(const pl_sampler *s, const float *logits) {
     return -1;
 }
 
+PL_API void pl_sampler_set_grammar(pl_sampler *s, pl_grammar *g) {
+    if (s) s->grammar = g;
+}
+
+static int32_t sample_row(pl_sampler *s, const float *logits, int32_t best);
+
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits) {
-    const pl_sampler_params *p = &s->p;
     s->n_sampled++;
     int32_t best = argmax_checked(logits, s->n_vocab);
     if (best < 0) return bad_logits(s, logits);
+    if (!s->grammar) return sample_row(s, logits, best);
+    /* Grammar: greedy tries the argmax first -- if it is allowed it is also
+     * the argmax of the masked row (ties included: it is the lowest id among
+     * the maximal ones), so the full mask is only needed when it is not. */
+    if (s->p.temperature <= 0.0f && pl_grammar_allows(s->grammar, best)) {
+        if (pl_grammar_accept(s->grammar, best) != PL_OK) return -1;
+        return best;
+    }
+    if (!s->masked && !(s->masked = malloc((size_t)s->n_vocab * sizeof *s->masked))) {
+        pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+        return -1;
+    }
+    memcpy(s->masked, logits, (size_t)s->n_vocab * sizeof *s->masked);
+    if (pl_grammar_apply(s->grammar, s->masked) != PL_OK) return -1;
+    best = argmax_checked(s->masked, s->n_vocab);
+    if (best < 0) {
+        pl_errorf(PL_ERR_INVALID_ARG, "the grammar allows no token at generated token %llu",
+                  (unsigned long long)s->n_sampled);
+        return -1;
+    }
+    int32_t tok = sample_row(s, s->masked, best);
+    /* the draw's last-candidate fallback (rounding) must not pick a masked token */
+    if (tok >= 0 && s->masked[tok] == -INFINITY) tok = best;
+    if (tok >= 0 && pl_grammar_accept(s->grammar, tok) != PL_OK) return -1;
+    return tok;
+}
+
+/* The sampling chain on a row already checked by argmax_checked. */
+static int32_t sample_row(pl_sampler *s, const float *logits, int32_t best) {
+    const pl_sampler_params *p = &s->p;
     if (p->temperature <= 0.0f) return best;
 
     /* Candidates. Without top-k, tokens 40 nats below the best carry less
