@@ -28,7 +28,30 @@ static const char *run_usage =
     "  --chat                use the model's chat template: with --prompt, answer that one message;\n"
     "                        without, an interactive chat (/exit, /clear; history kept)\n"
     "  --system S            a system message for --chat\n"
-    "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n";
+    "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n"
+    "  --grammar FILE        constrain the output to a GBNF grammar (llama.cpp syntax, start rule 'root')\n"
+    "  --json-schema FILE    constrain the output to JSON valid against a JSON schema\n"
+    "                        ({\"type\":\"json_object\"}: any JSON object)\n";
+
+/* Reads a whole file (for --grammar / --json-schema); NULL with a message. */
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { pl_cli_error("run: cannot open '%s'", path); return NULL; }
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *q = realloc(p, cap *= 2);
+        if (!q) { free(p); p = NULL; }
+        else p = q;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!p || err) { free(p); pl_cli_error("run: cannot read '%s'", path); return NULL; }
+    *len = n;
+    return p;
+}
 
 typedef struct out_buf { char *p; size_t n, cap; } out_buf;
 
@@ -68,7 +91,7 @@ static int cmd_run(int argc, char **argv) {
     long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
     double temp = 0, top_p = 0.95, min_p = 0.05;
     bool parse_special = true, json = false, bad = false, chat = false, think = false, max_set = false;
-    const char *system_msg = NULL;
+    const char *system_msg = NULL, *grammar_path = NULL, *schema_path = NULL;
     char *chat_prompt = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
@@ -78,6 +101,8 @@ static int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--think")) think = true;
         else if (pl_cli_opt(argc, argv, &i, "--system", &system_msg, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--grammar", &grammar_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--json-schema", &schema_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--prompt", &prompt, &bad) || pl_cli_opt(argc, argv, &i, "-p", &prompt, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
@@ -105,6 +130,11 @@ static int cmd_run(int argc, char **argv) {
     if (!model_path) return pl_cli_error("run: --model is required");
     if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
     if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
+    if (grammar_path && schema_path) return pl_cli_error("run: --grammar and --json-schema exclude each other");
+    if ((grammar_path || schema_path) && !prompt) return pl_cli_error("run: --grammar / --json-schema need --prompt");
+    char *gtext = NULL;
+    size_t gtext_len = 0;
+    if ((grammar_path || schema_path) && !(gtext = read_all(grammar_path ? grammar_path : schema_path, &gtext_len))) return 1;
 
     if (pl_cli_check_device("run", device)) return 1;   /* e.g. --device cuda without a GPU: one line, no load */
     double t0 = now_ms();
@@ -139,6 +169,7 @@ static int cmd_run(int argc, char **argv) {
     }
 
     int rc = 0;
+    pl_grammar *grammar = NULL;
     int32_t *ids = NULL, *gen = NULL;
     size_t n_ids = 0, n_gen = 0;
     float *logits = NULL;
@@ -148,6 +179,14 @@ static int cmd_run(int argc, char **argv) {
     const char *finish = "length";
     double prefill_ms = 0, decode_ms = 0;
     const int32_t n_vocab = pl_model_n_vocab(model);
+
+    if (gtext) {
+        double tg = now_ms();
+        pl_status gst = grammar_path ? pl_grammar_from_gbnf(model, gtext, gtext_len, &grammar)
+                                     : pl_grammar_from_json_schema(model, gtext, gtext_len, &grammar);
+        if (gst != PL_OK) { rc = pl_cli_error("%s: %s", grammar_path ? grammar_path : schema_path, pl_last_error()); goto done; }
+        if (!json) fprintf(stderr, "grammar ready (%.1f ms)\n", now_ms() - tg);
+    }
 
     if (pl_tokenize(model, prompt, strlen(prompt), parse_special, NULL, &ids, &n_ids) != PL_OK) {
         rc = pl_cli_error("%s", pl_last_error());
@@ -170,6 +209,7 @@ static int cmd_run(int argc, char **argv) {
         rc = pl_cli_error("%s", *pl_last_error() ? pl_last_error() : "out of memory");
         goto done;
     }
+    pl_sampler_set_grammar(smp, grammar);
     double t1 = now_ms();
     if (pl_session_eval(sess, ids, n_ids, logits) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     prefill_ms = now_ms() - t1;
@@ -214,6 +254,8 @@ static int cmd_run(int argc, char **argv) {
     }
 done:
     free(chat_prompt);
+    free(gtext);
+    pl_grammar_free(grammar);
     free(text.p);
     free(gen);
     free(logits);
