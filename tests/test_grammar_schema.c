@@ -54,6 +54,10 @@ int main(void) {
     expect_refused("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
     expect_refused("{\"type\":\"string\",\"pattern\":\"^(?=a)b$\"}", "lookaround");
     expect_refused("{\"type\":", "invalid JSON");
+    /* found by fuzz_json_schema: a malformed quantifier was copied into the
+     * grammar verbatim, which then failed to parse */
+    expect_refused("{\"type\": \"string\", \"pattern\": \"^[0-9]{3]{4}$\"}", "bad or unsupported quantifier");
+    expect_refused("{\"type\": \"string\", \"pattern\": \"^a{2,1}$\"}", "bad or unsupported quantifier");
 
     const char *dir = PL_TEST_FIXTURES "/../schemas";
     DIR *d = opendir(dir);

@@ -376,10 +376,26 @@ static void rx_seq(rx *r, sb *b, int depth) {
             char q = *r->p++;
             sb_addn(&item, &q, 1);
         } else if (r->p < r->end && *r->p == '{') {
-            const char *close = memchr(r->p, '}', (size_t)(r->end - r->p));
-            if (!close) { free(item.p); fail(r->c, PL_ERR_INVALID_ARG, "json schema: pattern: missing '}'"); return; }
-            sb_addn(&item, r->p, (size_t)(close - r->p + 1));
-            r->p = close + 1;
+            /* {m}, {m,}, {m,n}: checked here, never copied blindly into the grammar */
+            const char *q = r->p + 1;
+            long long lo = 0, hi = -1;
+            int nd = 0;
+            while (q < r->end && *q >= '0' && *q <= '9' && nd < 5) { lo = lo * 10 + (*q++ - '0'); nd++; }
+            int ok = nd > 0;
+            if (ok && q < r->end && *q == ',') {
+                q++;
+                int nd2 = 0;
+                if (q < r->end && *q >= '0' && *q <= '9') hi = 0;
+                while (q < r->end && *q >= '0' && *q <= '9' && nd2 < 5) { hi = hi * 10 + (*q++ - '0'); nd2++; }
+            } else hi = lo;
+            if (!ok || q >= r->end || *q != '}' || (hi >= 0 && hi < lo) || lo > 4096 || hi > 4096) {
+                free(item.p);
+                fail(r->c, PL_ERR_UNSUPPORTED, "json schema: pattern: bad or unsupported quantifier at '%.10s'", r->p);
+                return;
+            }
+            if (hi < 0) sb_addf(&item, "{%lld,}", lo);
+            else sb_addf(&item, "{%lld,%lld}", lo, hi);
+            r->p = q + 1;
         }
         if (r->p < r->end && (*r->p == '?' || *r->p == '+')) r->p++;   /* lazy / possessive: same language */
         if (any) sb_add(b, " ");
