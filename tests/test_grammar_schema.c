@@ -58,6 +58,9 @@ int main(void) {
      * grammar verbatim, which then failed to parse */
     expect_refused("{\"type\": \"string\", \"pattern\": \"^[0-9]{3]{4}$\"}", "bad or unsupported quantifier");
     expect_refused("{\"type\": \"string\", \"pattern\": \"^a{2,1}$\"}", "bad or unsupported quantifier");
+    /* found by fuzz_json_schema: after an error, adding the "value" rule
+     * recursed without end (stack overflow) */
+    expect_refused("{\"pattern\": \"^[0-9]$\"}", "'pattern' without a 'type'");
 
     const char *dir = PL_TEST_FIXTURES "/../schemas";
     DIR *d = opendir(dir);

@@ -147,6 +147,9 @@ static const char *prim(comp *c, const char *name) {
         {"value", "object", "array", NULL}, {"object", "string", "value", "space"}, {"array", "value", "space", NULL},
         {"value", "string", "number", NULL}, {"value", "boolean", "null", NULL}, {"date-time", "date", "time", NULL},
     };
+    /* after a failure add_rule adds nothing, so the dependency walk below
+     * would never find what it added and recurse forever */
+    if (c->st != PL_OK) return "x";
     if (find_rule(c, name) >= 0) return name;
     for (size_t i = 0; i < sizeof defs / sizeof *defs; i++) {
         if (strcmp(defs[i][0], name)) continue;
