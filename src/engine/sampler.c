@@ -158,6 +158,23 @@ PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits) {
         if (pl_grammar_accept(s->grammar, best) != PL_OK) return -1;
         return best;
     }
+    if (s->p.temperature <= 0.0f) {
+        /* Then the next best few, in (logit desc, id asc) order: the first
+         * allowed one is the masked argmax, since every token ranked above
+         * it is among them and rejected. A full mask costs a walk of the
+         * vocabulary trie; this is one selection pass. */
+        enum { K = 32 };
+        int n = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++) s->c[n++] = (cand){logits[i], i};
+        int k = n < K ? n : K;
+        select_top_k(s->c, n, k);
+        qsort(s->c, (size_t)k, sizeof *s->c, cmp_cand_desc);
+        for (int i = 0; i < k && s->c[i].logit > -INFINITY; i++) {
+            if (!pl_grammar_allows(s->grammar, s->c[i].id)) continue;
+            if (pl_grammar_accept(s->grammar, s->c[i].id) != PL_OK) return -1;
+            return s->c[i].id;
+        }
+    }
     if (!s->masked && !(s->masked = malloc((size_t)s->n_vocab * sizeof *s->masked))) {
         pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
         return -1;
