@@ -136,14 +136,16 @@ static int cmd_run(int argc, char **argv) {
     size_t gtext_len = 0;
     if ((grammar_path || schema_path) && !(gtext = read_all(grammar_path ? grammar_path : schema_path, &gtext_len))) return 1;
 
-    if (pl_cli_check_device("run", device)) return 1;   /* e.g. --device cuda without a GPU: one line, no load */
+    if (pl_cli_check_device("run", device)) { free(gtext); return 1; }   /* e.g. --device cuda without a GPU: one line, no load */
     double t0 = now_ms();
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
-    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
+    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK) {
+        free(gtext);
         return pl_cli_error("run: bad --memory: %s", pl_last_error());
+    }
     if (!json) fprintf(stderr, "loading %s ...", model_path);
     pl_model *model = NULL;
     pl_status lst = pl_model_load(model_path, &mp, &model);
@@ -155,6 +157,7 @@ static int cmd_run(int argc, char **argv) {
             pl_fit_advice(model_path, &mp, advice, sizeof advice);
             if (*advice) fprintf(stderr, "%s\n", advice);
         }
+        free(gtext);
         return 1;
     }
     double load_ms = now_ms() - t0;
@@ -164,7 +167,7 @@ static int cmd_run(int argc, char **argv) {
         co.sampler.temperature = (float)temp, co.sampler.top_k = (int32_t)top_k, co.sampler.top_p = (float)top_p;
         co.sampler.min_p = (float)min_p, co.sampler.seed = (uint64_t)seed;
         if (!prompt) { int crc = pl_chat_repl(model, &co); pl_model_free(model); return crc; }
-        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); return 1; }
+        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); free(gtext); return 1; }
         parse_special = true;
     }
 
