@@ -5,7 +5,7 @@
 #   bench/grammar.sh [MODEL] [SCHEMA.json]
 #
 # MODEL defaults to scripts/get-default-model.sh's; SCHEMA to
-# tests/schemas/39_event.json. Greedy decoding, N tokens (env N, default 48),
+# tests/schemas/39_event.json. Greedy decoding (env TEMP for sampling), N tokens (env N, default 48),
 # ROUNDS rounds (default 2), the four runs of a round interleaved so machine
 # noise hits both engines and both modes alike. llama.cpp runs only if
 # LLAMA_CPP_BIN (a folder with llama-completion; default
@@ -17,6 +17,7 @@ model="${1:-$("$here/scripts/get-default-model.sh")}"
 schema="${2:-$here/tests/schemas/39_event.json}"
 N="${N:-48}"
 ROUNDS="${ROUNDS:-2}"
+TEMP="${TEMP:-0}"   # 0: greedy (the argmax fast path); e.g. TEMP=1 masks every step
 PL="${PL:-$here/build/bin/pocketllm}"
 prompt="${PROMPT:-Write one log event as JSON:}"
 refbin="$(cd "${LLAMA_CPP_BIN:-$here/../shared/reference/llama.cpp-d32676d/bin}" 2>/dev/null && pwd || echo /nonexistent)"
@@ -40,7 +41,7 @@ fi
 pl_run() { # mode -> "tok/s compile_ms"
   local extra=() out
   [ "$1" = constrained ] && extra=(--json-schema "$schema")
-  out="$("$PL" run -m "$model" -p "$prompt" -n "$N" --temp 0 "${extra[@]}" 2>&1 >/dev/null)"
+  out="$("$PL" run -m "$model" -p "$prompt" -n "$N" --temp "$TEMP" "${extra[@]}" 2>&1 >/dev/null)"
   local tps ms
   tps="$(sed -n 's/.*generated [0-9]* tokens, \([0-9.]*\) tok\/s.*/\1/p' <<<"$out")"
   ms="$(sed -n 's/^grammar ready (\([0-9.]*\) ms).*/\1/p' <<<"$out")"
@@ -49,7 +50,7 @@ pl_run() { # mode -> "tok/s compile_ms"
 ref_run() {
   local extra=() out
   [ "$1" = constrained ] && extra=(--json-schema "$(cat "$schema")")
-  out="$(LD_LIBRARY_PATH="$tmp/lib" "$refbin/llama-completion" -m "$model" -p "$prompt" -n "$N" --temp 0 -no-cnv \
+  out="$(LD_LIBRARY_PATH="$tmp/lib" "$refbin/llama-completion" -m "$model" -p "$prompt" -n "$N" --temp "$TEMP" -no-cnv \
          -t "$(nproc)" "${extra[@]}" </dev/null 2>&1 >/dev/null || true)"
   local tps
   tps="$(sed -n 's/.*eval time = .*runs *( *[0-9.]* ms per token, *\([0-9.]*\) tokens per second).*/\1/p' <<<"$out" | tail -1)"
