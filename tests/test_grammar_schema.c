@@ -61,6 +61,27 @@ int main(void) {
     /* found by fuzz_json_schema: after an error, adding the "value" rule
      * recursed without end (stack overflow) */
     expect_refused("{\"pattern\": \"^[0-9]$\"}", "'pattern' without a 'type'");
+    /* found by fuzz_json_schema: a 15-digit integer bound gave a grammar
+     * that doubled per digit (seconds to compile); now small and fast */
+    {
+        const char *big = "{\"type\": \"integer\", \"minimum\": -462123524691324, \"maximum\": 999999999999999}";
+        char *gb = NULL;
+        size_t gbl = 0;
+        CHECK(pl_json_schema_to_gbnf(big, strlen(big), &gb, &gbl) == PL_OK, "big bounds: %s", pl_last_error());
+        CHECK(gbl < 20000, "big bounds: %zu bytes of grammar", gbl);
+        pl_grammar *g = NULL;
+        CHECK(pl_grammar_from_gbnf(NULL, gb, gbl, &g) == PL_OK, "big bounds parse: %s", pl_last_error());
+        static const char *yes[] = {"-462123524691324", "-1", "0", "999999999999999", "123456789"};
+        static const char *no[] = {"-462123524691325", "-999999999999999", "1000000000000000", "-0", "007"};
+        for (int i = 0; i < 5 && g; i++) {
+            pl_grammar_reset(g);
+            CHECK(pl_grammar_accept_text(g, yes[i], strlen(yes[i])) == PL_OK && pl_grammar_is_accepting(g), "in range: %s", yes[i]);
+            pl_grammar_reset(g);
+            CHECK(!(pl_grammar_accept_text(g, no[i], strlen(no[i])) == PL_OK && pl_grammar_is_accepting(g)), "out of range: %s", no[i]);
+        }
+        pl_grammar_free(g);
+        pl_free(gb);
+    }
 
     const char *dir = PL_TEST_FIXTURES "/../schemas";
     DIR *d = opendir(dir);
