@@ -72,10 +72,10 @@ for r in $(seq 1 "$ROUNDS"); do
 done
 mean() { awk -v a="${sum[$1]:-0}" -v n="${cnt[$1]:-1}" 'BEGIN{printf "%.2f", a/n}'; }
 echo "pocketllm: unconstrained $(mean pl:free) tok/s, constrained $(mean pl:constrained) tok/s, ratio" \
-  "$(awk -v a="$(mean pl:constrained)" -v b="$(mean pl:free)" 'BEGIN{printf "%.3f", b > 0 ? a/b : 0}')"
+  "$(awk -v a="$(mean pl:constrained)" -v b="$(mean pl:free)" 'BEGIN{printf "%.3f", (b > 0 ? a / b : 0)}')"
 if [ -n "$ref" ]; then
   echo "llama.cpp: unconstrained $(mean ref:free) tok/s, constrained $(mean ref:constrained) tok/s, ratio" \
-    "$(awk -v a="$(mean ref:constrained)" -v b="$(mean ref:free)" 'BEGIN{printf "%.3f", b > 0 ? a/b : 0}')"
+    "$(awk -v a="$(mean ref:constrained)" -v b="$(mean ref:free)" 'BEGIN{printf "%.3f", (b > 0 ? a / b : 0)}')"
 else
   echo "llama.cpp: not run ($refbin/llama-completion unusable)"
 fi
