@@ -1,7 +1,7 @@
 /*
  * Issue 16: the JSON schema -> grammar compiler.
  *   - every schema of tests/schemas/ compiles (in < 50 ms) to a grammar;
- *   - PL_SCHEMA_SAMPLES (default 8; the full run is 100) samples per schema
+ *   - PL_SCHEMA_SAMPLES (default 6; the full run is 100) samples per schema
  *     at temperature 1 with the tiny random Qwen3 model (the sampler settings
  *     of `pocketllm run --json-schema F --temp 1 --seed i`), every one
  *     validated by Python's jsonschema package (tests/schemas/validate.py);
@@ -102,7 +102,7 @@ int main(void) {
     if (pl_model_load(pl_fixture("models/tiny-qwen3-f32.gguf"), &mp, &m) != PL_OK) { CHECK(0, "load: %s", pl_last_error()); return pl_test_summary("test_grammar_schema"); }
     int32_t nv = pl_model_n_vocab(m);
     const char *env = getenv("PL_SCHEMA_SAMPLES");
-    int samples = env ? atoi(env) : 8;
+    int samples = env ? atoi(env) : 6;
     char out_path[] = "/tmp/pl_schema_outXXXXXX";
     int fd = mkstemp(out_path);
     FILE *out = fd >= 0 ? fdopen(fd, "w") : NULL;
