@@ -213,6 +213,54 @@ typedef struct pl_token_logprob {
 PL_API pl_status pl_logprobs(const float *logits, int32_t n_vocab, int32_t token, float *logprob,
                              pl_token_logprob *top, int32_t n_top);
 
+/* ---- grammar-constrained decoding (llama.cpp GBNF, JSON schema) -----------*/
+
+/* A grammar plus its matching state. Built from llama.cpp's GBNF syntax
+ * (start rule "root") or from a JSON schema; with a vocab_source model it
+ * can mask logits rows and accept tokens of that model's vocabulary (a token
+ * may end inside a UTF-8 character: the partial character is kept). With
+ * vocab_source NULL only pl_grammar_accept_text works. Parse errors are
+ * PL_ERR_INVALID_ARG with "grammar LINE:COL: message"; left recursion is
+ * refused. A grammar is not thread-safe; clones are independent (they share
+ * the immutable compiled rules and vocabulary index), so a server compiles
+ * once and clones per request. */
+typedef struct pl_grammar pl_grammar;
+PL_API pl_status pl_grammar_from_gbnf(const pl_model *vocab_source, const char *text, size_t len,
+                                      pl_grammar **out);
+/* schema: JSON text. {"type":"json_object"} means any JSON object. A keyword
+ * the compiler cannot enforce fails with PL_ERR_UNSUPPORTED naming it. */
+PL_API pl_status pl_grammar_from_json_schema(const pl_model *vocab_source, const char *schema, size_t len,
+                                             pl_grammar **out);
+/* The GBNF a schema compiles to; *gbnf is malloc'd (free with pl_free). */
+PL_API pl_status pl_json_schema_to_gbnf(const char *schema, size_t len, char **gbnf, size_t *gbnf_len);
+PL_API pl_status pl_grammar_clone(const pl_grammar *g, pl_grammar **out);
+PL_API void pl_grammar_free(pl_grammar *g);
+/* Back to the start state (nothing generated yet). */
+PL_API pl_status pl_grammar_reset(pl_grammar *g);
+/* Sets every logit (n_vocab floats) of a token the grammar does not allow
+ * next to -INFINITY. End-of-generation tokens are allowed exactly when the
+ * output so far is a complete match. */
+PL_API pl_status pl_grammar_apply(pl_grammar *g, float *logits);
+/* Would the grammar accept this token next? (Cheap: one token's bytes.) */
+PL_API bool pl_grammar_allows(pl_grammar *g, int32_t token);
+/* Advances the state by a token; PL_ERR_INVALID_ARG (state unchanged) if the
+ * grammar does not allow it. */
+PL_API pl_status pl_grammar_accept(pl_grammar *g, int32_t token);
+/* Advances the state by raw bytes (text-level matching, e.g. a prefix the
+ * caller forces); PL_ERR_INVALID_ARG (state unchanged) if not allowed. */
+PL_API pl_status pl_grammar_accept_text(pl_grammar *g, const char *text, size_t len);
+/* The output so far is a complete match (end of generation allowed). */
+PL_API bool pl_grammar_is_accepting(const pl_grammar *g);
+/* Nothing more can follow (complete, and no longer match possible), or an
+ * end-of-generation token was accepted. */
+PL_API bool pl_grammar_is_done(const pl_grammar *g);
+/* Makes pl_sampler_sample constrained by g (NULL: unconstrained again): it
+ * samples only among allowed tokens and advances g by the chosen token. The
+ * sampler does not own g. Greedy checks the argmax first and masks only when
+ * it is not allowed (same result as masking first). When no token is allowed
+ * pl_sampler_sample returns -1 with the reason in pl_last_error(). */
+PL_API void pl_sampler_set_grammar(pl_sampler *s, pl_grammar *g);
+
 /* ---- inspecting a GGUF file (no model needed) -----------------------------*/
 
 /* A GGUF file opened and validated on its own: its metadata, its tensor

@@ -29,4 +29,8 @@ fi
 python3 -c 'import numpy, pytest, jinja2' 2>/dev/null || python3 -m pip install -q numpy pytest jinja2 2>/dev/null ||
   python3 -m pip install -q --break-system-packages numpy pytest jinja2 ||
   echo "setup-deps: warning: could not install numpy, pytest, jinja2; the Python package tests will be skipped"
+# jsonschema validates the outputs of JSON-schema constrained decoding (tests/test_grammar_schema.c).
+python3 -c 'import jsonschema' 2>/dev/null || python3 -m pip install -q jsonschema 2>/dev/null ||
+  python3 -m pip install -q --break-system-packages jsonschema ||
+  echo "setup-deps: warning: could not install jsonschema; test_grammar_schema will fail"
 echo "setup-deps: all build and test dependencies present"

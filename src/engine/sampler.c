@@ -27,6 +27,8 @@ struct pl_sampler {
     cand *c;
     uint64_t n_sampled;   /* calls so far: names the token in an error */
     struct sampler_mods *mods; /* penalties / logit bias; NULL = none set (the fast path) */
+    pl_grammar *grammar;  /* not owned; NULL: unconstrained */
+    float *masked;        /* logits copy the grammar masks */
 };
 
 static void mods_free(struct sampler_mods *m);
@@ -86,6 +88,7 @@ PL_API void pl_sampler_free(pl_sampler *s) {
     if (!s) return;
     mods_free(s->mods);
     free(s->c);
+    free(s->masked);
     free(s);
 }
 
@@ -143,25 +146,81 @@ static int32_t bad_logits(const pl_sampler *s, const float *logits) {
     return -1;
 }
 
+PL_API void pl_sampler_set_grammar(pl_sampler *s, pl_grammar *g) {
+    if (s) s->grammar = g;
+}
+
 static int32_t sample_row(pl_sampler *s, const float *logits, int32_t best);
+static int32_t grammar_sample(pl_sampler *s, const float *logits, int32_t best);
 
 PL_API int32_t pl_sampler_sample(pl_sampler *s, const float *logits) {
     s->n_sampled++;
     int32_t best = argmax_checked(logits, s->n_vocab);
     if (best < 0) return bad_logits(s, logits);
-    if (!s->mods) return sample_row(s, logits, best);
+    if (!s->mods && !s->grammar) return sample_row(s, logits, best);
     /* Penalties and bias work on a copy (the caller's row is not modified);
-     * the raw row was checked above, and they add only finite amounts. */
-    const float *row = mods_apply(s, logits);
-    best = 0;
-    for (int32_t i = 1; i < s->n_vocab; i++)
-        if (row[i] > row[best]) best = i;
-    int32_t tok = sample_row(s, row, best);
-    mods_record(s, tok);
+     * the raw row was checked above, and they add only finite amounts. The
+     * grammar then constrains the modified row (llama.cpp applies its
+     * grammar after the penalties too). */
+    const float *row = logits;
+    if (s->mods) {
+        row = mods_apply(s, logits);
+        best = 0;
+        for (int32_t i = 1; i < s->n_vocab; i++)
+            if (row[i] > row[best]) best = i;
+    }
+    int32_t tok = s->grammar ? grammar_sample(s, row, best) : sample_row(s, row, best);
+    if (tok >= 0 && s->mods) mods_record(s, tok);
     return tok;
 }
 
-/* The chain from top-k on; best is the argmax of logits. */
+/* The sampling chain from top-k on under s->grammar; best is the argmax of
+ * logits (already checked). Advances the grammar by the chosen token. */
+static int32_t grammar_sample(pl_sampler *s, const float *logits, int32_t best) {
+    /* Grammar: greedy tries the argmax first -- if it is allowed it is also
+     * the argmax of the masked row (ties included: it is the lowest id among
+     * the maximal ones), so the full mask is only needed when it is not. */
+    if (s->p.temperature <= 0.0f && pl_grammar_allows(s->grammar, best)) {
+        if (pl_grammar_accept(s->grammar, best) != PL_OK) return -1;
+        return best;
+    }
+    if (s->p.temperature <= 0.0f) {
+        /* Then the next best few, in (logit desc, id asc) order: the first
+         * allowed one is the masked argmax, since every token ranked above
+         * it is among them and rejected. A full mask costs a walk of the
+         * vocabulary trie; this is one selection pass. */
+        enum { K = 32 };
+        int n = 0;
+        for (int32_t i = 0; i < s->n_vocab; i++) s->c[n++] = (cand){logits[i], i};
+        int k = n < K ? n : K;
+        select_top_k(s->c, n, k);
+        qsort(s->c, (size_t)k, sizeof *s->c, cmp_cand_desc);
+        for (int i = 0; i < k && s->c[i].logit > -INFINITY; i++) {
+            if (!pl_grammar_allows(s->grammar, s->c[i].id)) continue;
+            if (pl_grammar_accept(s->grammar, s->c[i].id) != PL_OK) return -1;
+            return s->c[i].id;
+        }
+    }
+    if (!s->masked && !(s->masked = malloc((size_t)s->n_vocab * sizeof *s->masked))) {
+        pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+        return -1;
+    }
+    memcpy(s->masked, logits, (size_t)s->n_vocab * sizeof *s->masked);
+    if (pl_grammar_apply(s->grammar, s->masked) != PL_OK) return -1;
+    best = argmax_checked(s->masked, s->n_vocab);
+    if (best < 0) {
+        pl_errorf(PL_ERR_INVALID_ARG, "the grammar allows no token at generated token %llu",
+                  (unsigned long long)s->n_sampled);
+        return -1;
+    }
+    int32_t tok = sample_row(s, s->masked, best);
+    /* the draw's last-candidate fallback (rounding) must not pick a masked token */
+    if (tok >= 0 && s->masked[tok] == -INFINITY) tok = best;
+    if (tok >= 0 && pl_grammar_accept(s->grammar, tok) != PL_OK) return -1;
+    return tok;
+}
+
+/* The sampling chain on a row already checked by argmax_checked. */
 static int32_t sample_row(pl_sampler *s, const float *logits, int32_t best) {
     const pl_sampler_params *p = &s->p;
     if (p->temperature <= 0.0f) return best;

@@ -33,7 +33,10 @@ static const char *run_usage =
     "  --repeat-last-n N     tokens of prompt + output it looks at (default 64; 0 off, -1 all)\n"
     "  --frequency-penalty F --presence-penalty F   OpenAI's penalties over generated tokens (-2..2, default 0)\n"
     "  --logit-bias ID=BIAS  add BIAS (-100..100) to token ID's logit; repeatable\n"
-    "  --logprobs N          with --json: each generated token's log-probability and the top N (0..20)\n";
+    "  --logprobs N          with --json: each generated token's log-probability and the top N (0..20)\n"
+    "  --grammar FILE        constrain the output to a GBNF grammar (llama.cpp syntax, start rule 'root')\n"
+    "  --json-schema FILE    constrain the output to JSON valid against a JSON schema\n"
+    "                        ({\"type\":\"json_object\"}: any JSON object)\n";
 
 /* Penalty, bias and logprobs options (issue 16), parsed apart from the
  * others so that the two lists grow independently. */
@@ -125,6 +128,26 @@ static void print_logprobs_json(const pl_model *model, const int32_t *gen, const
     printf("]");
 }
 
+/* Reads a whole file (for --grammar / --json-schema); NULL with a message. */
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) { pl_cli_error("run: cannot open '%s'", path); return NULL; }
+    size_t cap = 4096, n = 0;
+    char *p = malloc(cap);
+    while (p) {
+        n += fread(p + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *q = realloc(p, cap *= 2);
+        if (!q) { free(p); p = NULL; }
+        else p = q;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!p || err) { free(p); pl_cli_error("run: cannot read '%s'", path); return NULL; }
+    *len = n;
+    return p;
+}
+
 typedef struct out_buf { char *p; size_t n, cap; } out_buf;
 
 static int buf_add(out_buf *b, const char *s, size_t n) {
@@ -163,7 +186,7 @@ static int cmd_run(int argc, char **argv) {
     long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
     double temp = 0, top_p = 0.95, min_p = 0.05;
     bool parse_special = true, json = false, bad = false, chat = false, think = false, max_set = false;
-    const char *system_msg = NULL;
+    const char *system_msg = NULL, *grammar_path = NULL, *schema_path = NULL;
     char *chat_prompt = NULL;
     run_sampling rsm = {.repeat = 1.0, .last_n = 64, .logprobs = -1};
     run_lp *lps = NULL;
@@ -176,6 +199,8 @@ static int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--chat")) chat = true;
         else if (!strcmp(a, "--think")) think = true;
         else if (pl_cli_opt(argc, argv, &i, "--system", &system_msg, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--grammar", &grammar_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--json-schema", &schema_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--prompt", &prompt, &bad) || pl_cli_opt(argc, argv, &i, "-p", &prompt, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
@@ -204,15 +229,22 @@ static int cmd_run(int argc, char **argv) {
     if (rsm.logprobs >= 0 && !json) return pl_cli_error("run: --logprobs needs --json");
     if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
     if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
+    if (grammar_path && schema_path) return pl_cli_error("run: --grammar and --json-schema exclude each other");
+    if ((grammar_path || schema_path) && !prompt) return pl_cli_error("run: --grammar / --json-schema need --prompt");
+    char *gtext = NULL;
+    size_t gtext_len = 0;
+    if ((grammar_path || schema_path) && !(gtext = read_all(grammar_path ? grammar_path : schema_path, &gtext_len))) return 1;
 
-    if (pl_cli_check_device("run", device)) return 1;   /* e.g. --device cuda without a GPU: one line, no load */
+    if (pl_cli_check_device("run", device)) { free(gtext); return 1; }   /* e.g. --device cuda without a GPU: one line, no load */
     double t0 = now_ms();
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
-    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
+    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK) {
+        free(gtext);
         return pl_cli_error("run: bad --memory: %s", pl_last_error());
+    }
     if (!json) fprintf(stderr, "loading %s ...", model_path);
     pl_model *model = NULL;
     pl_status lst = pl_model_load(model_path, &mp, &model);
@@ -224,6 +256,7 @@ static int cmd_run(int argc, char **argv) {
             pl_fit_advice(model_path, &mp, advice, sizeof advice);
             if (*advice) fprintf(stderr, "%s\n", advice);
         }
+        free(gtext);
         return 1;
     }
     double load_ms = now_ms() - t0;
@@ -233,11 +266,12 @@ static int cmd_run(int argc, char **argv) {
         co.sampler.temperature = (float)temp, co.sampler.top_k = (int32_t)top_k, co.sampler.top_p = (float)top_p;
         co.sampler.min_p = (float)min_p, co.sampler.seed = (uint64_t)seed;
         if (!prompt) { int crc = pl_chat_repl(model, &co); pl_model_free(model); return crc; }
-        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); return 1; }
+        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); free(gtext); return 1; }
         parse_special = true;
     }
 
     int rc = 0;
+    pl_grammar *grammar = NULL;
     int32_t *ids = NULL, *gen = NULL;
     size_t n_ids = 0, n_gen = 0;
     float *logits = NULL;
@@ -247,6 +281,14 @@ static int cmd_run(int argc, char **argv) {
     const char *finish = "length";
     double prefill_ms = 0, decode_ms = 0;
     const int32_t n_vocab = pl_model_n_vocab(model);
+
+    if (gtext) {
+        double tg = now_ms();
+        pl_status gst = grammar_path ? pl_grammar_from_gbnf(model, gtext, gtext_len, &grammar)
+                                     : pl_grammar_from_json_schema(model, gtext, gtext_len, &grammar);
+        if (gst != PL_OK) { rc = pl_cli_error("%s: %s", grammar_path ? grammar_path : schema_path, pl_last_error()); goto done; }
+        if (!json) fprintf(stderr, "grammar ready (%.1f ms)\n", now_ms() - tg);
+    }
 
     if (pl_tokenize(model, prompt, strlen(prompt), parse_special, NULL, &ids, &n_ids) != PL_OK) {
         rc = pl_cli_error("%s", pl_last_error());
@@ -274,6 +316,7 @@ static int cmd_run(int argc, char **argv) {
         rc = pl_cli_error("out of memory");
         goto done;
     }
+    pl_sampler_set_grammar(smp, grammar);
     double t1 = now_ms();
     if (pl_session_eval(sess, ids, n_ids, logits) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     prefill_ms = now_ms() - t1;
@@ -327,6 +370,8 @@ done:
     free(rsm.bias_id);
     free(rsm.bias);
     free(chat_prompt);
+    free(gtext);
+    pl_grammar_free(grammar);
     free(text.p);
     free(gen);
     free(logits);
