@@ -961,6 +961,11 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             unsupported(e, "tools", "tools are for /v1/chat/completions");
             goto bad;
         }
+        json_t *tch = json_object_get(body, "tool_choice");
+        if (!absent(tch) && !(json_is_string(tch) && !strcmp(json_string_value(tch), "none"))) {
+            unsupported(e, "tool_choice", "tools are for /v1/chat/completions");
+            goto bad;
+        }
         json_t *p = json_object_get(body, "prompt");
         size_t np = json_is_array(p) && !json_is_integer(json_array_get(p, 0)) ? json_array_size(p) : 1;
         if ((long long)np * n_choices > s->n_seq) {
