@@ -79,6 +79,12 @@ int main(void) {
     check_scan("unclosed and cut", "<tool_call>\n{\"name\": \"get_time\", \"argu",
                "<tool_call>\n{\"name\": \"get_time\", \"argu", "");
     check_scan("lt that is not a tag", "a < b and <tool", "a < b and <tool", "");
+    check_scan("fenced call (Qwen2.5-Coder)",
+               "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```",
+               "", "get_weather={\"city\":\"Paris\"}");
+    check_scan("fenced code that is not a call", "Try:\n```python\nprint(1)\n```\ndone",
+               "Try:\n```python\nprint(1)\n```\ndone", "");
+    check_scan("single backtick", "use `x` here", "use `x` here", "");
     check_scan("llama3 json", "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}", "",
                "get_weather={\"city\":\"Paris\"}");
     check_scan("llama3 python tag", "<|python_tag|>{\"name\": \"get_time\", \"parameters\": {}}", "", "get_time={}");

@@ -68,22 +68,31 @@ json_t *pl_srv_tools_scan(const char *text, size_t n, const char *names, bool fi
             return rc ? (json_decref(calls), NULL) : calls;
         }
     }
-    /* Qwen / Hermes tags. */
+    /* Qwen / Hermes tags, and (as llama.cpp's Hermes parser accepts) a call
+     * in a Markdown code fence, which Qwen2.5-Coder writes instead. */
+    static const char *const opens[] = {OPEN_TAG, "```"}, *const closes[] = {CLOSE_TAG, "```"};
     size_t pos = 0;
     for (;;) {
-        const char *h = memmem(text + pos, n - pos, OPEN_TAG, strlen(OPEN_TAG));
+        const char *h = NULL;
+        int w = 0;
+        for (int i = 0; i < 2; i++) {
+            const char *x = memmem(text + pos, n - pos, opens[i], strlen(opens[i]));
+            if (x && (!h || x < h)) { h = x; w = i; }
+        }
         if (!h) {
             size_t end = n;
-            /* Hold a tail that may still grow into the open tag. */
+            /* Hold a tail that may still grow into an opening. */
             if (!final)
-                for (size_t t = n > pos + strlen(OPEN_TAG) ? n - strlen(OPEN_TAG) : pos; t < n; t++)
-                    if (tag_prefix(text + t, n - t, OPEN_TAG)) { end = t; break; }
+                for (size_t t = n > pos + strlen(OPEN_TAG) ? n - strlen(OPEN_TAG) : pos; t < n && end == n; t++)
+                    for (int i = 0; i < 2; i++)
+                        if (tag_prefix(text + t, n - t, opens[i])) { end = t; break; }
             rc |= pl_srv_buf_add(content, text + pos, end - pos);
             break;
         }
-        size_t hs = (size_t)(h - text), bs = hs + strlen(OPEN_TAG);
+        size_t hs = (size_t)(h - text), bs = hs + strlen(opens[w]);
+        if (w == 1) while (bs < n && ((text[bs] >= 'a' && text[bs] <= 'z') || (text[bs] >= 'A' && text[bs] <= 'Z'))) bs++;
         rc |= pl_srv_buf_add(content, text + pos, hs - pos);
-        const char *c = memmem(text + bs, n - bs, CLOSE_TAG, strlen(CLOSE_TAG));
+        const char *c = memmem(text + bs, n - bs, closes[w], strlen(closes[w]));
         if (!c) {
             /* Unclosed: undecided until the end; then a complete JSON call
              * still counts (the model may stop right before the close tag). */
@@ -94,7 +103,7 @@ json_t *pl_srv_tools_scan(const char *text, size_t n, const char *names, bool fi
             }
             break;
         }
-        size_t cs = (size_t)(c - text), ce = cs + strlen(CLOSE_TAG);
+        size_t cs = (size_t)(c - text), ce = cs + strlen(closes[w]);
         json_t *call = parse_call(text + bs, cs - bs, names);
         if (call) rc |= add_call(calls, call);
         else rc |= pl_srv_buf_add(content, text + hs, ce - hs);  /* malformed: plain text */
