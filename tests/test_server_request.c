@@ -5,6 +5,7 @@
  * a small context; no scheduler thread, no generation. */
 #include "testutil.h"
 #include "../tools/pocketllm/server_text.c"
+#include "../tools/pocketllm/server_tools.c"
 #include "../tools/pocketllm/server_sched.c"
 #include "../tools/pocketllm/server_openai.c"
 #include "../tools/pocketllm/server_chat.c"

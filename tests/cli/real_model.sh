@@ -23,4 +23,42 @@ if ! MODEL=$("$ROOT/scripts/get-default-model.sh"); then
   echo "real_model: SKIPPED: the default model could not be obtained (offline? see scripts/get-default-model.sh)"
   exit 0
 fi
+# Tool calling (issue 16): the model, told about get_weather(city), answers
+# "What's the weather in Paris?" with a call that the server parses into
+# OpenAI's tool_calls.
+python3 - "$BIN" "$MODEL" <<'PY' || exit 1
+import json, re, subprocess, sys, time, urllib.request
+bin_, model = sys.argv[1:3]
+p = subprocess.Popen([bin_, "serve", "--model", model, "--host", "127.0.0.1", "--port", "0", "--threads", "2"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+try:
+    port = None
+    for line in p.stderr:
+        m = re.search(r"listening on http://[^:]+:(\d+)", line)
+        if m:
+            port = int(m.group(1))
+            break
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(600):
+        try:
+            if urllib.request.urlopen(url + "/health").status == 200:
+                break
+        except Exception:
+            time.sleep(0.2)
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Get the current weather in a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    body = {"messages": [{"role": "user", "content": "What's the weather in Paris?"}], "tools": [tool],
+            "temperature": 0, "max_tokens": 64}
+    req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    ch = json.load(urllib.request.urlopen(req, timeout=600))["choices"][0]
+    calls = ch["message"].get("tool_calls") or []
+    ok = (ch["finish_reason"] == "tool_calls" and len(calls) == 1 and calls[0]["function"]["name"] == "get_weather"
+          and json.loads(calls[0]["function"]["arguments"]) == {"city": "Paris"})
+    print("real_model: tool call", "ok" if ok else "FAILED", json.dumps(ch["message"]))
+    sys.exit(0 if ok else 1)
+finally:
+    p.terminate()
+    p.wait()
+PY
 exec python3 "$ROOT/tests/real_model/check.py" "$BIN" "$MODEL"

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "../../tools/pocketllm/server_text.c"
+#include "../../tools/pocketllm/server_tools.c"
 #include "../../tools/pocketllm/server_sched.c"
 #include "../../tools/pocketllm/server_openai.c"
 #include "../../tools/pocketllm/server_chat.c"

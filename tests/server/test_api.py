@@ -342,7 +342,6 @@ def test_n_choices(server):
 # logprobs, penalties and logit_bias are honoured since issue 16 (test_sampling.py).
 REJECTED = [
     ("response_format", {"type": "json_object"}),
-    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]), ("tool_choice", "auto"),
     ("echo", True), ("suffix", "tail"), ("best_of", 3),
 ]
 
@@ -358,6 +357,15 @@ def test_rejected_fields(server, route, field, value):
     assert err["type"] == "invalid_request_error"
     assert err["param"] == field and field in err["message"]
     assert set(err) == {"message", "type", "param", "code"}
+
+
+# Tools are honoured on chat since issue 16 (test_tools.py); completions have none.
+@pytest.mark.parametrize("field,value", [
+    ("tools", [{"type": "function", "function": {"name": "f", "parameters": {}}}]), ("tool_choice", "auto")])
+def test_rejected_tool_fields_on_completions(server, field, value):
+    r = server.post("/v1/completions", {"prompt": "x", field: value})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] == field
 
 
 def test_neutral_values_accepted(server):

@@ -21,6 +21,7 @@
 #define PL_SERVER_H
 #include "pocketllm.h"
 #include "server_text.h"
+#include "server_tools.h"
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -150,6 +151,13 @@ typedef struct pl_srv_request {
     size_t n_bias;
     int n_logprobs;              /* top alternatives per token; -1: logprobs not asked for */
     size_t usage_cached;         /* of those, reused from a slot's cache (set at admission, under mu) */
+    /* tool calling (issue 16, server_tools.h): the request's function names
+     * (tool_names[0] == 0: no tools, or tool_choice "none"), the forced start
+     * of the assistant turn for "required" / a named function, and whether
+     * more than one call may be returned */
+    char tool_names[PL_SRV_TOOL_NAMES];
+    char tool_prefill[96];
+    bool parallel_tool_calls;
 
     /* guarded by mu */
     int n_done;
@@ -281,6 +289,10 @@ void pl_srv_chat_free(pl_srv *s);
  * content) with the template and tokenizes the result so that message text
  * can never become special tokens. */
 int pl_srv_chat_prompt(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **ids, size_t *n_ids, bool *think_open,
+                       pl_srv_error *e);
+/* The same, with prefill appended to the rendered prompt (as template text). */
+int pl_srv_chat_prompt_ex(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **ids, size_t *n_ids, bool *think_open,
+                          const char *prefill,
                        pl_srv_error *e);
 
 /* server_http.c */

@@ -59,7 +59,27 @@ static int render_builtin(json_t *ctx, pl_srv_buf *o) {
     size_t n = json_array_size(msgs), len;
     int rc = 0;
 #define ROLE(i) json_string_value(json_object_get(json_array_get(msgs, (i)), "role"))
-    if (n && !strcmp(ROLE(0), "system")) {
+    json_t *tools = json_object_get(ctx, "tools");
+    if (json_array_size(tools)) {
+        /* Qwen3's tools preamble. */
+        rc |= add_str(o, "<|im_start|>system\n");
+        if (n && !strcmp(ROLE(0), "system")) {
+            const char *c = str_of(json_array_get(msgs, 0), "content", &len);
+            rc |= pl_srv_buf_add(o, c, len) | add_str(o, "\n\n");
+        }
+        rc |= add_str(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        size_t ti;
+        json_t *tv;
+        json_array_foreach(tools, ti, tv) {
+            char *j = json_dumps(tv, JSON_COMPACT);
+            rc |= add_str(o, "\n") | (j ? add_str(o, j) : -1);
+            free(j);
+        }
+        rc |= add_str(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                         "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                         "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (n && !strcmp(ROLE(0), "system")) {
         const char *c = str_of(json_array_get(msgs, 0), "content", &len);
         rc |= add_str(o, "<|im_start|>system\n") | pl_srv_buf_add(o, c, len) | add_str(o, "<|im_end|>\n");
     }
@@ -109,6 +129,18 @@ static int render_builtin(json_t *ctx, pl_srv_buf *o) {
                       add_str(o, "\n</think>\n\n") | pl_srv_buf_add(o, content, clen);
             } else {
                 rc |= add_str(o, "<|im_start|>assistant\n") | pl_srv_buf_add(o, content, clen);
+            }
+            size_t ci;
+            json_t *call;
+            json_array_foreach(json_object_get(m, "tool_calls"), ci, call) {
+                json_t *fn = json_object_get(call, "function");
+                char *a = json_dumps(json_object_get(fn, "arguments"), JSON_COMPACT | JSON_ENCODE_ANY);
+                char *nm = json_dumps(json_object_get(fn, "name"), JSON_ENCODE_ANY);
+                rc |= add_str(o, (ci || clen) ? "\n<tool_call>\n{\"name\": " : "<tool_call>\n{\"name\": ") |
+                      (nm ? add_str(o, nm) : -1) | add_str(o, ", \"arguments\": ") | (a ? add_str(o, a) : -1) |
+                      add_str(o, "}\n</tool_call>");
+                free(a);
+                free(nm);
             }
             rc |= add_str(o, "<|im_end|>\n");
         } else if (!strcmp(role, "tool")) {
@@ -274,6 +306,35 @@ static json_t *make_ctx(pl_srv *s, json_t *messages, json_t *kwargs) {
 
 int pl_srv_chat_prompt(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **ids, size_t *n_ids, bool *think_open,
                        pl_srv_error *e) {
+    return pl_srv_chat_prompt_ex(s, messages, kwargs, ids, n_ids, think_open, NULL, e);
+}
+
+/* Tool definitions and tool-call arguments reach the template as structured
+ * data, not as sentinel-masked texts, so they are tokenized with the template
+ * text: refuse them when they hold special-token text (it would forge turns). */
+static int check_tool_json(pl_srv *s, json_t *messages, json_t *kwargs, pl_srv_error *e) {
+    json_t *tools = json_object_get(kwargs, "tools");
+    char *t = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+    bool bad = t && has_special_text(s, t, strlen(t));
+    free(t);
+    if (bad) return pl_srv_fail(e, 400, "tools", "invalid_value", "'tools' contains special-token text");
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (!tc) continue;
+        t = json_dumps(tc, JSON_COMPACT);
+        bad = t && has_special_text(s, t, strlen(t));
+        free(t);
+        if (bad)
+            return pl_srv_fail(e, 400, "messages", "invalid_value", "messages[%zu].tool_calls contains special-token text",
+                               i);
+    }
+    return 0;
+}
+
+int pl_srv_chat_prompt_ex(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **ids, size_t *n_ids, bool *think_open,
+                          const char *prefill, pl_srv_error *e) {
     static const char *fields[] = {"content", "reasoning_content"};
     int rc = -1;
     pl_srv_buf R = {0}, T = {0};
@@ -302,8 +363,12 @@ int pl_srv_chat_prompt(pl_srv *s, json_t *messages, json_t *kwargs, int32_t **id
             json_object_set_new(m, fields[f], json_string(sent));
         }
     }
+    if (check_tool_json(s, messages, kwargs, e)) goto out;
     mctx = make_ctx(s, masked, kwargs);
     if (!mctx || render(s, ctx, &R, e) || render(s, mctx, &T, e)) goto out;
+    /* tool_choice "required" / named: the assistant turn starts with the
+     * call's opening (server_openai.c), so the model is steered into it. */
+    if (prefill && (add_str(&R, prefill) || add_str(&T, prefill))) goto oom;
 
     /* S: split T at the sentinels. */
     char open[48];

@@ -220,13 +220,7 @@ static int check_unsupported(json_t *body, pl_srv_error *e) {
         if (strcmp(json_string_value(t), "text") != 0)
             return unsupported(e, "response_format", "only {\"type\": \"text\"} is accepted");
     }
-    if (!absent(v = json_object_get(body, "tools"))) {
-        if (!json_is_array(v)) return pl_srv_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
-        if (json_array_size(v) > 0) return unsupported(e, "tools", "tool calling is not implemented");
-    }
-    if (!absent(v = json_object_get(body, "tool_choice")))
-        if (!(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-            return unsupported(e, "tool_choice", "tool calling is not implemented");
+    /* tools / tool_choice: parse_tools() (chat only; completions have no tools). */
     if (!absent(v = json_object_get(body, "functions"))) return unsupported(e, "functions", NULL);
     if (!absent(v = json_object_get(body, "function_call"))) return unsupported(e, "function_call", NULL);
     if (!absent(v = json_object_get(body, "echo"))) {
@@ -274,6 +268,120 @@ static void log_unknown(json_t *body, pl_srv_kind kind) {
     }
 }
 
+/* ---- tools (issue 16) --------------------------------------------------------*/
+
+/* Validates tools, tool_choice and parallel_tool_calls; fills r->tool_names
+ * and r->tool_prefill and hands the tools to the chat template (in kwargs).
+ * tool_choice "none" leaves the tools out of the prompt altogether (the model
+ * is not told about functions it may not call) and parses nothing. */
+static int parse_tools(pl_srv *s, json_t *body, json_t *kwargs, pl_srv_request *r, pl_srv_error *e) {
+    json_t *tools = json_object_get(body, "tools"), *choice = json_object_get(body, "tool_choice");
+    json_t *v = json_object_get(body, "parallel_tool_calls");
+    r->tool_names[0] = 0;
+    r->tool_prefill[0] = 0;
+    r->parallel_tool_calls = true;
+    if (!absent(v) && get_bool(v, "parallel_tool_calls", &r->parallel_tool_calls, e)) return -1;
+    if (!absent(tools) && !json_is_array(tools))
+        return pl_srv_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+    size_t n_tools = absent(tools) ? 0 : json_array_size(tools), used = 0, i;
+    json_t *t;
+    json_array_foreach(absent(tools) ? NULL : tools, i, t) {
+        json_t *type = json_object_get(t, "type"), *fn = json_object_get(t, "function");
+        json_t *name = json_object_get(fn, "name"), *params = json_object_get(fn, "parameters");
+        if (!json_is_object(t) || (!absent(type) && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))))
+            return pl_srv_fail(e, 400, "tools", "invalid_value", "tools[%zu] must be an object with type \"function\"", i);
+        if (!json_is_object(fn))
+            return pl_srv_fail(e, 400, "tools", "invalid_type", "tools[%zu].function must be an object", i);
+        size_t len = json_is_string(name) ? json_string_length(name) : 0;
+        if (!len) return pl_srv_fail(e, 400, "tools", "missing_required_parameter", "tools[%zu].function.name must be a non-empty string", i);
+        /* OpenAI's rule; it also keeps names printable and the list bounded. */
+        const char *nm = json_string_value(name);
+        bool ok = len <= 64;
+        for (size_t k = 0; ok && k < len; k++)
+            ok = (nm[k] >= 'a' && nm[k] <= 'z') || (nm[k] >= 'A' && nm[k] <= 'Z') || (nm[k] >= '0' && nm[k] <= '9') ||
+                 nm[k] == '_' || nm[k] == '-' || nm[k] == '.';
+        if (!ok)
+            return pl_srv_fail(e, 400, "tools", "invalid_value",
+                               "tools[%zu].function.name must be 1 to 64 of a-z, A-Z, 0-9, _, - and .", i);
+        if (!absent(params) && !json_is_object(params))
+            return pl_srv_fail(e, 400, "tools", "invalid_type", "tools[%zu].function.parameters must be a JSON schema object", i);
+        if (used + len + 2 > sizeof r->tool_names)
+            return pl_srv_fail(e, 400, "tools", "invalid_value", "too many tools (%zu)", n_tools);
+        memcpy(r->tool_names + used, nm, len + 1);
+        used += len + 1;
+        r->tool_names[used] = 0;
+    }
+    const char *mode = "auto", *named = NULL;
+    if (!absent(choice)) {
+        json_t *cf = json_object_get(json_object_get(choice, "function"), "name");
+        if (json_is_string(choice)) {
+            mode = json_string_value(choice);
+            if (strcmp(mode, "auto") && strcmp(mode, "none") && strcmp(mode, "required"))
+                return pl_srv_fail(e, 400, "tool_choice", "invalid_value",
+                                   "'tool_choice' must be \"none\", \"auto\", \"required\" or a function object");
+        } else if (json_is_object(choice) && json_is_string(cf)) {
+            mode = "named";
+            named = json_string_value(cf);
+            if (!pl_srv_tools_known(r->tool_names, named, json_string_length(cf)))
+                return pl_srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names an unknown function");
+        } else {
+            return pl_srv_fail(e, 400, "tool_choice", "invalid_type",
+                               "'tool_choice' must be a string or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        }
+        if (!n_tools && strcmp(mode, "none") && strcmp(mode, "auto"))
+            return pl_srv_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' %s needs 'tools'", mode);
+    }
+    if (!n_tools || !strcmp(mode, "none")) {
+        r->tool_names[0] = 0;
+        return 0;
+    }
+    json_object_set(kwargs, "tools", tools);
+    /* "required" / named, until grammar-constrained sampling lands: start the
+     * assistant turn with the Hermes call opening, which the Qwen templates
+     * (the ones that print "<tool_call>") teach; the result is still parsed
+     * and validated like any other output. */
+    bool hermes = !s->chat_template || strstr(s->chat_template, "<tool_call>");
+    if (hermes && named) snprintf(r->tool_prefill, sizeof r->tool_prefill, "<tool_call>\n{\"name\": \"%s\"", named);
+    else if (hermes && !strcmp(mode, "required")) snprintf(r->tool_prefill, sizeof r->tool_prefill, "<tool_call>\n{\"name\": \"");
+    return 0;
+}
+
+/* The text the model produced for q as the tool parser must see it: the
+ * forced prefill, then the generated content (first `upto` bytes). */
+static json_t *scan_seq(pl_srv_request *r, pl_srv_seq *q, size_t upto, bool final, pl_srv_buf *content) {
+    pl_srv_buf t = {0};
+    if (pl_srv_buf_add(&t, r->tool_prefill, strlen(r->tool_prefill)) || pl_srv_buf_add(&t, q->text.content.p, upto)) {
+        pl_srv_buf_free(&t);
+        return NULL;
+    }
+    json_t *calls = pl_srv_tools_scan(t.p, t.n, r->tool_names, final, content);
+    pl_srv_buf_free(&t);
+    /* parallel_tool_calls: false -> at most one call. */
+    if (calls && !r->parallel_tool_calls) while (json_array_size(calls) > 1) json_array_remove(calls, json_array_size(calls) - 1);
+    return calls;
+}
+
+/* OpenAI's shape for calls [from, to) of a scan; with index when streaming. */
+static json_t *calls_json(pl_srv_request *r, pl_srv_seq *q, json_t *calls, size_t from, bool stream) {
+    json_t *a = json_array();
+    for (size_t k = from; k < json_array_size(calls); k++) {
+        json_t *c = json_array_get(calls, k);
+        char id[32];
+        pl_srv_tools_call_id(r->id, q->index, k, id);
+        json_t *o = json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
+                              json_object_get(c, "name"), "arguments", json_object_get(c, "arguments"));
+        if (stream) json_object_set_new(o, "index", json_integer((json_int_t)k));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+static bool all_space(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != ' ' && p[i] != '\n' && p[i] != '\r' && p[i] != '\t') return false;
+    return true;
+}
+
 /* ---- messages ---------------------------------------------------------------*/
 
 /* Flattens a message content (string, null or array of text parts). */
@@ -301,12 +409,55 @@ static int content_text(json_t *c, const char *where, pl_srv_buf *out, pl_srv_er
     return 0;
 }
 
-/* Validates messages; returns [{role, content[, reasoning_content]}]. */
+/* An assistant message's tool_calls as the chat templates read them:
+ * [{id, type, function: {name, arguments}}] with arguments parsed into an
+ * object (as llama-server passes them; Qwen3's template prints a mapping with
+ * tojson). Records id -> name in ids. */
+static json_t *history_calls(json_t *tc, const char *where, json_t *ids, pl_srv_error *e) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(tc, i, c) {
+        json_t *fn = json_object_get(c, "function"), *id = json_object_get(c, "id");
+        json_t *name = json_object_get(fn, "name"), *args = json_object_get(fn, "arguments"), *a = NULL;
+        if (!json_is_object(c) || !json_is_object(fn) || !json_is_string(name) || !json_string_length(name)) {
+            pl_srv_fail(e, 400, "messages", "invalid_type", "%s.tool_calls[%zu].function.name must be a string", where, i);
+            goto bad;
+        }
+        if (!absent(id) && !json_is_string(id)) {
+            pl_srv_fail(e, 400, "messages", "invalid_type", "%s.tool_calls[%zu].id must be a string", where, i);
+            goto bad;
+        }
+        if (json_is_string(args)) a = json_loadb(json_string_value(args), json_string_length(args), 0, NULL);
+        else if (json_is_object(args)) a = json_incref(args);
+        else if (absent(args)) a = json_object();
+        if (!json_is_object(a)) {
+            json_decref(a);
+            pl_srv_fail(e, 400, "messages", "invalid_value",
+                        "%s.tool_calls[%zu].function.arguments must be a JSON object (or a string holding one)", where, i);
+            goto bad;
+        }
+        json_t *call = json_pack("{s:s, s:{s:O, s:o}}", "type", "function", "function", "name", name, "arguments", a);
+        if (json_is_string(id)) {
+            json_object_set(call, "id", id);
+            json_object_set(ids, json_string_value(id), name);
+        }
+        json_array_append_new(out, call);
+    }
+    return out;
+bad:
+    json_decref(out);
+    return NULL;
+}
+
+/* Validates messages; returns [{role, content[, reasoning_content][, tool_calls]
+ * [, tool_call_id, name]}]. */
 static json_t *normalize_messages(json_t *msgs, pl_srv_error *e) {
     if (absent(msgs)) { pl_srv_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required"); return NULL; }
     if (!json_is_array(msgs)) { pl_srv_fail(e, 400, "messages", "invalid_type", "'messages' must be an array"); return NULL; }
     if (json_array_size(msgs) == 0) { pl_srv_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty"); return NULL; }
     json_t *out = json_array();
+    json_t *call_ids = json_object();  /* tool call id -> function name, for tool messages */
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m) {
@@ -323,15 +474,36 @@ static json_t *normalize_messages(json_t *msgs, pl_srv_error *e) {
             pl_srv_fail(e, 400, "messages", "invalid_value", "%s has an unknown role", where);
             goto bad;
         }
-        json_t *tc = json_object_get(m, "tool_calls");
-        if (!absent(tc) && !(json_is_array(tc) && json_array_size(tc) == 0)) {
-            pl_srv_fail(e, 400, "messages", "unsupported_parameter", "%s: tool calls are not supported", where);
+        json_t *tc = json_object_get(m, "tool_calls"), *tcs = NULL;
+        if (!absent(tc) && (strcmp(r, "assistant") || !json_is_array(tc))) {
+            pl_srv_fail(e, 400, "messages", "invalid_type", "%s.tool_calls must be an array on an assistant message",
+                        where);
             goto bad;
         }
+        if (!absent(tc) && json_array_size(tc) && !(tcs = history_calls(tc, where, call_ids, e))) goto bad;
+        json_t *tid = json_object_get(m, "tool_call_id");
+        if (!strcmp(r, "tool")) {
+            if (!json_is_string(tid)) {
+                pl_srv_fail(e, 400, "messages", "missing_required_parameter", "%s.tool_call_id must be a string", where);
+                goto bad;
+            }
+            if (!json_object_get(call_ids, json_string_value(tid))) {
+                pl_srv_fail(e, 400, "messages", "invalid_value",
+                            "%s.tool_call_id matches no earlier assistant tool call", where);
+                goto bad;
+            }
+        }
         pl_srv_buf text = {0};
-        if (content_text(json_object_get(m, "content"), where, &text, e)) { pl_srv_buf_free(&text); goto bad; }
+        if (content_text(json_object_get(m, "content"), where, &text, e)) { pl_srv_buf_free(&text); json_decref(tcs); goto bad; }
         json_t *nm = json_pack("{s:s, s:o}", "role", r, "content", json_stringn(text.p ? text.p : "", text.n));
         pl_srv_buf_free(&text);
+        if (tcs) json_object_set_new(nm, "tool_calls", tcs);
+        if (!strcmp(r, "tool")) {
+            json_object_set(nm, "tool_call_id", tid);
+            json_t *fn = json_object_get(call_ids, json_string_value(tid));
+            /* Some templates print the function's name with its result. */
+            if (json_is_string(fn)) json_object_set(nm, "name", fn);
+        }
         json_t *rc = json_object_get(m, "reasoning_content");
         if (!absent(rc)) {
             if (!json_is_string(rc)) {
@@ -343,8 +515,10 @@ static json_t *normalize_messages(json_t *msgs, pl_srv_error *e) {
         }
         json_array_append_new(out, nm);
     }
+    json_decref(call_ids);
     return out;
 bad:
+    json_decref(call_ids);
     json_decref(out);
     return NULL;
 }
@@ -773,16 +947,29 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             }
             r->parse_reasoning = strcmp(x, "none") != 0;
         }
+        if (parse_tools(s, body, kwargs, r, e)) goto bad;
         msgs = normalize_messages(json_object_get(body, "messages"), e);
         if (!msgs) goto bad;
         if (check_message_bytes(s, msgs, e)) goto bad;
         int32_t *ids = NULL;
         size_t n = 0;
-        if (pl_srv_chat_prompt(s, msgs, kwargs, &ids, &n, &r->think_open, e)) goto bad;
+        if (pl_srv_chat_prompt_ex(s, msgs, kwargs, &ids, &n, &r->think_open, r->tool_prefill[0] ? r->tool_prefill : NULL,
+                                  e))
+            goto bad;
         if (add_prompt(r, ids, n)) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
     } else {
         /* A batch that needs more slots than there are is refused before any
          * of its prompts is tokenized (the same answer as below). */
+        json_t *tl = json_object_get(body, "tools");
+        if (!absent(tl) && !(json_is_array(tl) && json_array_size(tl) == 0)) {
+            unsupported(e, "tools", "tools are for /v1/chat/completions");
+            goto bad;
+        }
+        json_t *tch = json_object_get(body, "tool_choice");
+        if (!absent(tch) && !(json_is_string(tch) && !strcmp(json_string_value(tch), "none"))) {
+            unsupported(e, "tool_choice", "tools are for /v1/chat/completions");
+            goto bad;
+        }
         json_t *p = json_object_get(body, "prompt");
         size_t np = json_is_array(p) && !json_is_integer(json_array_get(p, 0)) ? json_array_size(p) : 1;
         if ((long long)np * n_choices > s->n_seq) {
@@ -892,8 +1079,23 @@ json_t *pl_srv_response_json(pl_srv *s, pl_srv_request *r) {
             json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content", jstr(q->text.content.p, q->text.content.n));
             if (q->text.reasoning.n)
                 json_object_set_new(msg, "reasoning_content", jstr(q->text.reasoning.p, q->text.reasoning.n));
+            const char *finish = q->finish ? q->finish : "stop";
+            if (r->tool_names[0]) {
+                pl_srv_buf ct = {0};
+                json_t *calls = scan_seq(r, q, q->text.content.n, true, &ct);
+                if (calls && json_array_size(calls)) {
+                    /* content: the text outside the calls, null when there is none */
+                    json_object_set_new(msg, "content", all_space(ct.p, ct.n) ? json_null() : jstr(ct.p, ct.n));
+                    json_object_set_new(msg, "tool_calls", calls_json(r, q, calls, 0, false));
+                    if (!strcmp(finish, "stop")) finish = "tool_calls";
+                } else if (calls) {
+                    json_object_set_new(msg, "content", jstr(ct.p, ct.n));  /* with a failed prefill, if any */
+                }
+                json_decref(calls);
+                pl_srv_buf_free(&ct);
+            }
             c = json_pack("{s:i, s:o, s:n, s:s}", "index", q->index, "message", msg, "logprobs", "finish_reason",
-                          q->finish ? q->finish : "stop");
+                          finish);
         } else {
             c = json_pack("{s:i, s:o, s:n, s:s}", "index", q->index, "text", jstr(q->text.content.p, q->text.content.n),
                           "logprobs", "finish_reason", q->finish ? q->finish : "stop");
@@ -923,10 +1125,36 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
     bool chat = r->kind == PL_SRV_CHAT;
     json_t *o = envelope(s, r, chat ? "chat.completion.chunk" : "text_completion");
     json_t *c = json_pack("{s:i}", "index", index);
+    pl_srv_seq *tq = NULL;
+    for (int i = 0; chat && r->tool_names[0] && i < r->n_seqs; i++)
+        if (r->seqs[i].index == index) tq = &r->seqs[i];
+    json_t *tool_delta = NULL;
+    pl_srv_buf tc = {0};
+    if (tq && (content || finish)) {
+        /* Tools: the delta is the difference between the scan of the text
+         * already sent and the scan of the text now (server_tools.h); at the
+         * end, the final scan releases what was held back. Calls are sent
+         * whole once validated, so a malformed one can still become text. */
+        size_t upto = content ? (size_t)(content - tq->text.content.p) + n_content : tq->text.content.n;
+        size_t before = content ? (size_t)(content - tq->text.content.p) : upto;
+        pl_srv_buf ca = {0};
+        json_t *a = scan_seq(r, tq, before, false, &ca), *b = scan_seq(r, tq, upto, finish != NULL, &tc);
+        if (a && b) {
+            size_t off = ca.n < tc.n ? ca.n : tc.n;
+            content = tc.n > off ? tc.p + off : NULL;
+            n_content = tc.n - off;
+            if (json_array_size(b) > json_array_size(a)) tool_delta = calls_json(r, tq, b, json_array_size(a), true);
+            if (finish && json_array_size(b) && !strcmp(finish, "stop")) finish = "tool_calls";
+        }
+        json_decref(a);
+        json_decref(b);
+        pl_srv_buf_free(&ca);
+    }
     if (chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
         if (role || content) json_object_set_new(delta, "content", jstr(content, content ? n_content : 0));
+        if (tool_delta) json_object_set_new(delta, "tool_calls", tool_delta);
         if (reasoning) json_object_set_new(delta, "reasoning_content", jstr(reasoning, n_reasoning));
         json_object_set_new(c, "delta", delta);
     } else {
@@ -952,6 +1180,7 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
     }
     json_object_set_new(o, "choices", json_pack("[o]", c));
     if (r->include_usage) json_object_set_new(o, "usage", json_null());
+    pl_srv_buf_free(&tc);
     return o;
 }
 
