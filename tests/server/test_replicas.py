@@ -216,14 +216,36 @@ def test_nginx_three_replicas_drain_and_kill():
             return r.status_code, r.text[:300]
 
         killed = {}
+        # One long streamed request straight to replica 0, running when the
+        # SIGTERM arrives, so that the drain always has work to finish (the
+        # balanced requests are a few ms each: polling /slots for a busy slot
+        # and then signalling raced with their end). End-of-text tokens are
+        # banned so that it cannot stop early.
+        r = requests.post(reps[0].url + "/tokenize", json={"content": "<|im_end|><|endoftext|>"}, timeout=10)
+        eos_bias = {str(t): -100 for t in r.json()["tokens"]}
+        long = {"started": threading.Event(), "chunks": 0, "done": False}
+
+        def long_request():
+            body = {"prompt": "Once upon a time", "max_tokens": 200, "temperature": 0, "stream": True,
+                    "logit_bias": eos_bias}
+            with requests.post(reps[0].url + "/v1/completions", json=body, stream=True, timeout=120) as lr:
+                long["status"] = lr.status_code
+                for line in lr.iter_lines():
+                    if line == b"data: [DONE]":
+                        long["done"] = True
+                    elif line.startswith(b"data: "):
+                        long["chunks"] += 1
+                        long["started"].set()
 
         def terminator():
             # mid-load: once 60 requests are answered, drain replica 0
             wait_for(lambda: len(done) >= 60, 60)
-            # ... at a moment it is generating, so that the drain has work to finish
-            wait_for(lambda: slots(reps[0])["slots_busy"] > 0, 10)
+            lt = threading.Thread(target=long_request)
+            lt.start()
+            long["started"].wait(30)
             reps[0].proc.send_signal(signal.SIGTERM)
             killed["at"] = len(done)
+            lt.join(120)
 
         th = threading.Thread(target=terminator)
         th.start()
@@ -238,6 +260,8 @@ def test_nginx_three_replicas_drain_and_kill():
         assert "drain: done" in log0 and "still running" not in log0
         m = re.search(r"SIGTERM: draining (\d+) request", log0)
         assert m and int(m.group(1)) > 0, log0[-2000:]
+        # the long request was running at the SIGTERM and was finished in full
+        assert long.get("status") == 200 and long["done"] and long["chunks"] >= 100, long
         # every request the drained replica had taken was answered 200
         after = log0.split("SIGTERM: draining", 1)[1]
         assert " -> 500" not in after and "closed early" not in after
