@@ -67,7 +67,8 @@ pass=$((pass + 1))
 # long value, and for the NUL one no value and a message rather than a
 # shortened one
 lib=$(cd "$(dirname "$BIN")/../lib" 2>/dev/null && pwd)/libpocketllm.so
-if [[ -f "$lib" ]] && ! ldd "$lib" | grep -q libasan; then
+# (not `ldd | grep -q`: under pipefail the early grep exit fails the pipeline)
+if [[ -f "$lib" ]] && ! grep -aq __asan_init "$lib"; then
     python3 - "$lib" "$tmp" <<'EOF' || fail "pl_model_meta_str"
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])

@@ -580,7 +580,11 @@ def test_queue_full_503(make_server):
 
 
 def test_shutdown_with_requests_in_flight(make_server):
-    s = make_server("--parallel", "1")
+    # SIGTERM drains running requests (up to --drain-timeout, default 30 s);
+    # this stream would run until the context is full, which under ASan takes
+    # longer than the 30 s stop() allows: a short drain must still end in a
+    # clean exit.
+    s = make_server("--parallel", "1", "--drain-timeout", "2")
     r, _ = _hold(s, "a")
     t0 = time.time()
     assert s.stop() == 0
