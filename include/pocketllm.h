@@ -60,6 +60,11 @@ typedef struct pl_model_params {
     bool vocab_only;         /* load only the tokenizer (no tensors needed) */
     int32_t n_outputs;       /* logits rows one forward call can return; 0 = n_seq (decoding).
                                 Perplexity / imatrix want every token's: n_batch */
+    bool batch_invariant;    /* every token's numerics independent of how tokens are batched:
+                                attention always takes the decode path (llama.cpp's, for fewer
+                                than 64 tokens), so a cached prefix or other sequences in the
+                                batch never change a result. false (default) follows llama.cpp:
+                                batches of 64+ tokens use f32 attention. The server sets it. */
 } pl_model_params;
 
 PL_API pl_model_params pl_model_default_params(void);

@@ -98,11 +98,69 @@ static void run(const char *model_name, const char *device) {
     pl_model_free(m);
 }
 
+/* batch_invariant: a prompt of 80 tokens evaluated in one call, as a cached
+ * prefix of 70 plus 10 more (what the server's prompt cache does), and one
+ * token at a time must give the last token the same logits. Without the flag
+ * the cpu backend computes batches of 64+ tokens with f32 attention and
+ * smaller ones with llama.cpp's decode numerics (f16 Q and V sums), which
+ * moves logits by ~1e-3 and flips near-tied greedy tokens on the server. The
+ * bound allows only the matmuls' summation order. */
+static double last_logits_diff(pl_model *m, const int32_t *toks, int n, const int *splits, int n_splits, float *out,
+                               const float *ref) {
+    const int V = pl_model_n_vocab(m);
+    pl_session *ss = NULL;
+    if (pl_session_create(m, &ss) != PL_OK) return INFINITY;
+    int at = 0;
+    for (int i = 0; i <= n_splits; i++) {
+        const int end = i < n_splits ? splits[i] : n;
+        if (pl_session_eval(ss, toks + at, (size_t)(end - at), out) != PL_OK) { pl_session_free(ss); return INFINITY; }
+        at = end;
+    }
+    pl_session_free(ss);
+    double d = 0;
+    for (int i = 0; ref && i < V; i++) {
+        const double e = fabs((double)out[i] - ref[i]);
+        if (!(e <= d)) d = isnan(e) ? INFINITY : e;
+    }
+    return d;
+}
+
+static void run_invariant(const char *model_name, const char *device) {
+    pl_model_params p = pl_model_default_params();
+    p.device = device;
+    p.n_ctx = 128;
+    p.n_threads = 2;
+    p.batch_invariant = true;
+    pl_model *m = NULL;
+    pl_status st = pl_model_load(pl_fixture(model_name), &p, &m);
+    CHECK(st == PL_OK, "load %s: %s", model_name, pl_last_error());
+    if (st != PL_OK) return;
+    const int V = pl_model_n_vocab(m), N = 80;
+    int32_t toks[80];
+    for (int i = 0; i < N; i++) toks[i] = (int32_t)((i * 7919 + 13) % (V < 5000 ? V : 5000));
+    float *whole = malloc((size_t)V * sizeof(float)), *part = malloc((size_t)V * sizeof(float));
+    int one_by_one[79];
+    for (int i = 0; i < N - 1; i++) one_by_one[i] = i + 1;
+    last_logits_diff(m, toks, N, NULL, 0, whole, NULL);
+    const double d_cached = last_logits_diff(m, toks, N, (int[]){70}, 1, part, whole);
+    const double d_single = last_logits_diff(m, toks, N, one_by_one, N - 1, part, whole);
+    CHECK(d_cached < 1e-4 && d_single < 1e-4,
+          "%s/%s batch_invariant: 80 tokens at once vs 70+10 differ by %g, vs one at a time by %g", model_name,
+          device, d_cached, d_single);
+    printf("%-34s %-4s batch_invariant: 80 vs 70+10 max |dlogit| %.3g, vs 1x80 %.3g\n", model_name, device,
+           d_cached, d_single);
+    free(whole);
+    free(part);
+    pl_model_free(m);
+}
+
 int main(void) {
     const char *models[] = {"models/tiny-qwen3-f32.gguf", "models/tiny-qwen3-q4_k_m.gguf", "models/tiny-qwen3-untied-f16.gguf"};
     for (int i = 0; i < 3; i++) {
         run(models[i], "ref");
         run(models[i], "cpu");
+        run_invariant(models[i], "ref");
+        run_invariant(models[i], "cpu");
     }
     return pl_test_summary("test_batch");
 }

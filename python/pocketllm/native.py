@@ -127,7 +127,8 @@ def use_cuda_module(search_dirs: list[Path], env=None) -> Path | None:
 
 class ModelParams(Structure):
     _fields_ = [("device", c_char_p), ("n_threads", c_int), ("n_ctx", c_int), ("n_seq", c_int),
-                ("n_batch", c_int), ("memory_budget", c_uint64), ("vocab_only", c_bool)]
+                ("n_batch", c_int), ("memory_budget", c_uint64), ("vocab_only", c_bool),
+                ("n_outputs", c_int32), ("batch_invariant", c_bool)]
 
 
 class MemoryPlan(Structure):

@@ -142,6 +142,7 @@ static void fill_inputs(pl_model *m, pl_tensor *ids, pl_tensor *pos, pl_tensor *
 /* Builds the graph for n tokens / n_out logits rows into g. */
 pl_status pl_model_build_graph(pl_model *m, pl_graph *g, int n, int n_out, pl_tensor **logits) {
     pl_graph_reset(g);
+    g->attn_batch_invariant = m->batch_invariant;
     pl_tensor ids, pos, seq, out;
     fill_inputs(m, &ids, &pos, &seq, &out, n, n_out);
     pl_graph_inputs in = {pl_graph_external(g, &ids), pl_graph_external(g, &pos), pl_graph_external(g, &seq),
@@ -389,6 +390,7 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
     if (m->n_ctx <= 0) m->n_ctx = 4096;
     m->n_seq = p->n_seq > 0 ? p->n_seq : 1;
     m->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    m->batch_invariant = p->batch_invariant;
     if (m->n_batch > m->n_ctx * m->n_seq) m->n_batch = m->n_ctx * m->n_seq;
     m->n_logits_max = m->n_seq;
     if (p->n_outputs > m->n_logits_max) m->n_logits_max = p->n_outputs < m->n_batch ? p->n_outputs : m->n_batch;

@@ -47,6 +47,7 @@ struct pl_model {
     const pl_backend *backend;
     pl_exec_ctx *ctx;
     int n_ctx, n_seq, n_batch, n_logits_max;
+    bool batch_invariant;  /* pl_model_params.batch_invariant: attention nodes take the decode path */
     pl_dtype kv_dtype;
     void *kv_mem;
     pl_tensor *k_cache, *v_cache;    /* [n_layer], each [kv_dim, n_ctx, n_seq] */

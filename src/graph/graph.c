@@ -161,6 +161,7 @@ pl_tensor *pl_op_attention(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *
     pl_tensor *dst = pl_graph_new(g, PL_F32, 2, ne, "attention");
     pl_node *n = pl_graph_add_node(g, PL_OP_ATTENTION, dst, 5, (pl_tensor *[]){q, kc, vc, pos, seq});
     n->iparams[0] = n_kv_head;
+    n->iparams[1] = g->attn_batch_invariant ? 1 : 0;
     n->fparams[0] = scale;
     return dst;
 }

@@ -29,6 +29,7 @@ typedef struct pl_graph {
     pl_node *nodes;
     int n_nodes, cap_nodes;
     pl_status error;      /* first builder error (sticky), PL_OK if none */
+    bool attn_batch_invariant; /* attention nodes get iparams[1] = 1 (pl_op_attention) */
 } pl_graph;
 
 pl_status pl_graph_init(pl_graph *g, int cap_tensors, int cap_nodes);

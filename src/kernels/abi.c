@@ -133,7 +133,9 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
                       "dst [head_dim*n_head, n_tok] contiguous; n_head a multiple of n_kv_head; "
                       "query head h reads KV head h / (n_head/n_kv_head); 0 <= pos < n_ctx and "
                       "0 <= seq < n_seq, checked at run time",
-        .params = "iparams[0] = n_kv_head (>= 1); fparams[0] = scale (finite; usually 1/sqrt(head_dim))",
+        .params = "iparams[0] = n_kv_head (>= 1); iparams[1] = 1: batch-invariant numerics (every token "
+                  "as in a decode step), 0: the backend may pick by batch size; fparams[0] = scale (finite; "
+                  "usually 1/sqrt(head_dim))",
     },
 };
 

@@ -153,6 +153,9 @@ static int cmd_serve(int argc, char **argv) {
     mp.n_ctx = cfg.ctx;
     mp.n_seq = cfg.parallel;
     mp.n_batch = cfg.batch;
+    /* Greedy output must not depend on the prompt cache or on what else is in
+     * the batch (test_prompt_cache.py): the decode path for every batch. */
+    mp.batch_invariant = true;
     if (pl_model_load(cfg.model_path, &mp, &s.model) != PL_OK) {
         int rc = pl_cli_error("%s", pl_last_error());
         pl_srv_http_stop(&s);

@@ -576,7 +576,9 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     if (sw_fa < 0)
         sw_fa = pl_cpu_switch("PL_CPU_FA"), sw_flash = pl_cpu_switch("PL_CPU_FLASH"),
         sw_block = pl_cpu_switch("PL_CPU_ATT_BLOCK");
-    job.online = sw_fa && job.n_tok < PL_ATT_ONLINE_TOK;
+    /* iparams[1]: batch-invariant (the server): every batch takes the decode
+     * path, so a token's result never depends on what it was batched with. */
+    job.online = sw_fa && (job.n_tok < PL_ATT_ONLINE_TOK || node->iparams[1]);
     job.flash = sw_flash && !job.online && pl_att_use_flash(node);
     job.per_thread = pl_att_per_thread(node);
     job.tb = job.flash ? pl_att_flash_tb(job.group) : pl_att_tb(job.group);
