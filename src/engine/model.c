@@ -460,6 +460,8 @@ PL_API void pl_model_free(pl_model *m) {
     }
     pl_graph_free(&m->planned);
     pl_graph_free(&m->graph);
+    void *gv = atomic_load(&m->grammar_vocab);
+    if (gv && m->grammar_vocab_release) m->grammar_vocab_release(gv);
     free(m->kv_mem);
     free(m->scratch);
     free(m->k_cache);

@@ -48,6 +48,12 @@ struct pl_model {
     pl_exec_ctx *ctx;
     int n_ctx, n_seq, n_batch, n_logits_max;
     bool batch_invariant;  /* pl_model_params.batch_invariant: attention nodes take the decode path */
+    /* The grammar engine's vocabulary trie (sampling/grammar_api.c), built on
+     * the first grammar compiled against this model and shared by every later
+     * one: building it walks the whole vocabulary (~70 ms for 151k tokens).
+     * The model holds one reference, dropped by grammar_vocab_release. */
+    _Atomic(void *) grammar_vocab;
+    void (*grammar_vocab_release)(void *);
     pl_dtype kv_dtype;
     void *kv_mem;
     pl_tensor *k_cache, *v_cache;    /* [n_layer], each [kv_dim, n_ctx, n_seq] */

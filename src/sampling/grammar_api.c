@@ -15,6 +15,7 @@
  */
 #include "sampling/grammar.h"
 #include "core/status.h"
+#include "engine/model.h"
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -167,6 +168,33 @@ oom:
     return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
 }
 
+static void gvocab_release_any(void *v) { gvocab_release(v); }
+
+/* The model's shared trie (model.h: grammar_vocab), built on first use. Two
+ * threads racing here may both build; one wins the swap, the other frees its
+ * copy. Returns a new reference. */
+static pl_status gvocab_get(const pl_model *cmodel, gvocab **out) {
+    pl_model *model = (pl_model *)cmodel;   /* the cache is the only mutable part */
+    gvocab *v = atomic_load(&model->grammar_vocab);
+    if (v) {
+        atomic_fetch_add(&v->refs, 1);
+        *out = v;
+        return PL_OK;
+    }
+    PL_TRY(gvocab_build(cmodel, &v));
+    atomic_fetch_add(&v->refs, 1);           /* the model's reference */
+    model->grammar_vocab_release = gvocab_release_any;
+    void *expected = NULL;
+    if (!atomic_compare_exchange_strong(&model->grammar_vocab, &expected, v)) {
+        atomic_fetch_sub(&v->refs, 1);
+        gvocab_release(v);
+        v = expected;
+        atomic_fetch_add(&v->refs, 1);
+    }
+    *out = v;
+    return PL_OK;
+}
+
 /* ---- state ----------------------------------------------------------------*/
 
 static void cache_clear(pl_grammar *g) {
@@ -222,7 +250,7 @@ static pl_status from_rules(const pl_model *model, pl_grules *rules, pl_grammar 
     atomic_init(&sh->refs, 1);
     sh->rules = rules;
     gvocab *voc = NULL;
-    pl_status st = model ? gvocab_build(model, &voc) : PL_OK;
+    pl_status st = model ? gvocab_get(model, &voc) : PL_OK;
     pl_grammar *g = NULL;
     if (st == PL_OK) st = grammar_new(sh, voc, &g);
     /* drop the builders' references: g holds its own */
