@@ -15,7 +15,7 @@
 
 typedef void (*edit_fn)(pl_gguf_writer *w, const pl_gguf *src);
 
-static const char *SRC = "models/tiny-qwen3-f32.gguf";
+static const char *SRC = "models/tiny-qwen3-f32.gguf";  /* the llama cases switch it */
 static char tmp_path[256];
 
 /* Copies SRC into tmp_path, skipping KV `drop_key` and tensor `drop_tensor`,
@@ -84,6 +84,29 @@ static void set_bos_oob(pl_gguf_writer *w, const pl_gguf *g) {
 static void set_eps_bad(pl_gguf_writer *w, const pl_gguf *g) {
     pl_gguf_writer_remove_key(w, "qwen3.attention.layer_norm_rms_epsilon");
     pl_gguf_writer_add_f32(w, "qwen3.attention.layer_norm_rms_epsilon", -1.0f);
+}
+
+/* llama (src/models/llama.c): what it does not support yet is refused by name. */
+static void set_rope_yarn(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    pl_gguf_writer_add_str(w, "llama.rope.scaling.type", "yarn");
+}
+static void set_rope_linear(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    pl_gguf_writer_add_str(w, "llama.rope.scaling.type", "linear");
+    pl_gguf_writer_add_f32(w, "llama.rope.scaling.factor", 2.0f);
+}
+static float g_rope_freqs[32];
+static void add_rope_freqs(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    for (int i = 0; i < 32; i++) g_rope_freqs[i] = 1.0f;
+    pl_gguf_writer_add_tensor(w, "rope_freqs.weight", PL_F32, 1, (int64_t[]){32, 1, 1, 1}, g_rope_freqs,
+                              sizeof g_rope_freqs);
+}
+static float g_bias[256];
+static void add_q_bias_only(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    pl_gguf_writer_add_tensor(w, "blk.0.attn_q.bias", PL_F32, 1, (int64_t[]){256, 1, 1, 1}, g_bias, sizeof g_bias);
 }
 
 static void expect_load_error(const char *what, pl_status want, const char *phrase) {
@@ -172,6 +195,27 @@ int main(void) {
     expect_load_error("f16 norm with 2x row", PL_ERR_FORMAT, "attn_norm");
     rewrite(NULL, "token_embd.weight", NULL, NULL);
     expect_load_error("no token_embd", PL_ERR_FORMAT, "token_embd.weight");
+
+    SRC = "models/tiny-llama-f16.gguf";
+    rewrite(NULL, NULL, set_rope_yarn, NULL);
+    expect_load_error("llama rope scaling yarn", PL_ERR_UNSUPPORTED, "llama.rope.scaling.type = 'yarn'");
+    rewrite(NULL, NULL, add_rope_freqs, NULL);
+    expect_load_error("llama3 rope_freqs", PL_ERR_UNSUPPORTED, "rope_freqs.weight");
+    rewrite(NULL, NULL, add_q_bias_only, NULL);
+    expect_load_error("llama q bias without k/v", PL_ERR_FORMAT, "some of attn_q/k/v.bias");
+    rewrite(NULL, "blk.1.attn_v.weight", NULL, NULL);
+    expect_load_error("llama missing attn_v", PL_ERR_FORMAT, "missing tensor 'blk.1.attn_v.weight'");
+    rewrite(NULL, NULL, set_rope_linear, NULL);
+    {
+        pl_model *m = NULL;
+        pl_model_params p = pl_model_default_params();
+        p.device = "ref";
+        p.n_ctx = 64;
+        pl_status st = pl_model_load(tmp_path, &p, &m);
+        CHECK(st == PL_OK, "llama with linear rope scaling loads: %s", pl_last_error());
+        pl_model_free(m);
+    }
+    SRC = "models/tiny-qwen3-f32.gguf";
     unlink(tmp_path);
     api_checks();
     return pl_test_summary("test_model_load");

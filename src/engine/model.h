@@ -18,11 +18,12 @@ typedef struct pl_hparams {
     int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
     int64_t n_head, n_head_kv, head_dim, n_rot;
     float rms_eps, rope_base, rope_scale;
+    int rope_mode;                    /* pl_op_rope mode: 0 normal (adjacent pairs, llama), 2 NeoX (qwen) */
 } pl_hparams;
 
 typedef struct pl_layer_weights {
     pl_tensor *attn_norm, *wq, *wk, *wv, *wo;
-    pl_tensor *bq, *bk, *bv;          /* optional (qwen2) */
+    pl_tensor *bq, *bk, *bv;          /* optional (qwen2; llama files may carry them) */
     pl_tensor *q_norm, *k_norm;       /* optional (qwen3) */
     pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
 } pl_layer_weights;

@@ -1,6 +1,8 @@
 /*
- * Qwen3 and Qwen2 (dense). One builder: Qwen3 has per-head RMSNorm on Q and K
- * and no projection biases; Qwen2/2.5 has Q/K/V biases and no Q/K norms.
+ * Qwen3 and Qwen2 (dense), and the dense decoders built the same way (llama.c
+ * uses pl_dense_load / pl_dense_build). One builder: Qwen3 has per-head
+ * RMSNorm on Q and K and no projection biases; Qwen2/2.5 has Q/K/V biases and
+ * no Q/K norms; Llama has neither (biases optional) and normal RoPE.
  *
  * Shapes (E = n_embd, H = n_head, G = n_head_kv, D = head_dim, F = n_ff,
  * V = n_vocab, n = tokens in the batch):
@@ -9,6 +11,7 @@
  *   ffn_gate, ffn_up [E, F]   ffn_down [F, E]   output [E, V] (or tied)
  */
 #include "engine/model.h"
+#include "models/dense.h"
 #include "core/status.h"
 #include <math.h>
 #include <stdio.h>
@@ -22,8 +25,9 @@ static const char *const qwen_keys[] = {
     "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
     "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor", NULL};
 
-static pl_status qwen_load_common(pl_model *m, bool qk_norm, bool qkv_bias) {
+pl_status pl_dense_load(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int rope_mode) {
     pl_hparams *hp = &m->hp;
+    hp->rope_mode = rope_mode;
     PL_TRY(pl_model_hp_int(m, "context_length", false, 4096, &hp->n_ctx_train));
     PL_TRY(pl_model_hp_int(m, "embedding_length", true, 0, &hp->n_embd));
     PL_TRY(pl_model_hp_int(m, "block_count", true, 0, &hp->n_layer));
@@ -70,10 +74,13 @@ static pl_status qwen_load_common(pl_model *m, bool qk_norm, bool qkv_bias) {
         PL_TRY(pl_model_bind(m, &L->wk, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_k.weight", li));
         PL_TRY(pl_model_bind(m, &L->wv, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_v.weight", li));
         PL_TRY(pl_model_bind(m, &L->wo, true, 0, 2, (int64_t[]){H * D, E}, "blk.%d.attn_output.weight", li));
-        if (qkv_bias) {
-            PL_TRY(pl_model_bind(m, &L->bq, true, NORM_MASK, 1, (int64_t[]){H * D}, "blk.%d.attn_q.bias", li));
-            PL_TRY(pl_model_bind(m, &L->bk, true, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_k.bias", li));
-            PL_TRY(pl_model_bind(m, &L->bv, true, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_v.bias", li));
+        if (qkv_bias != PL_DENSE_BIAS_NONE) {
+            const bool req = qkv_bias == PL_DENSE_BIAS_REQUIRED;
+            PL_TRY(pl_model_bind(m, &L->bq, req, NORM_MASK, 1, (int64_t[]){H * D}, "blk.%d.attn_q.bias", li));
+            PL_TRY(pl_model_bind(m, &L->bk, req, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_k.bias", li));
+            PL_TRY(pl_model_bind(m, &L->bv, req, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_v.bias", li));
+            if (!L->bq != !L->bk || !L->bq != !L->bv)
+                return pl_errorf(PL_ERR_FORMAT, "%s: layer %d has some of attn_q/k/v.bias but not all", m->file_name, li);
         }
         if (qk_norm) {
             PL_TRY(pl_model_bind(m, &L->q_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_q_norm.weight", li));
@@ -87,8 +94,8 @@ static pl_status qwen_load_common(pl_model *m, bool qk_norm, bool qkv_bias) {
     return PL_OK;
 }
 
-static pl_status qwen3_load(pl_model *m) { return qwen_load_common(m, true, false); }
-static pl_status qwen2_load(pl_model *m) { return qwen_load_common(m, false, true); }
+static pl_status qwen3_load(pl_model *m) { return pl_dense_load(m, true, PL_DENSE_BIAS_NONE, 2); }
+static pl_status qwen2_load(pl_model *m) { return pl_dense_load(m, false, PL_DENSE_BIAS_REQUIRED, 2); }
 
 void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
     *n_tensors = (int)m->hp.n_layer * 64 + 64;
@@ -97,13 +104,13 @@ void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
 
 #define W(t) pl_graph_external(g, (t))
 
-static pl_tensor *qwen_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
+pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
     const pl_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, G = hp->n_head_kv, D = hp->head_dim;
     const int64_t n = in->ids->ne[0];
     const float eps = hp->rms_eps;
     const float kq_scale = 1.0f / sqrtf((float)D);
-    const int rope_neox = 2;
+    const int rope_mode = hp->rope_mode;
 
     pl_tensor *x = pl_op_get_rows(g, W(m->tok_embd), in->ids);           /* [E, n] */
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -122,9 +129,9 @@ static pl_tensor *qwen_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in
             q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->q_norm), eps);
             k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->k_norm), eps);
         }
-        q = pl_op_rope(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, (int)hp->n_rot, rope_neox,
+        q = pl_op_rope(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, (int)hp->n_rot, rope_mode,
                        hp->rope_base, hp->rope_scale);                      /* [D, H, n] */
-        k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, rope_neox,
+        k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, rope_mode,
                        hp->rope_base, hp->rope_scale);                      /* [D, G, n] */
         pl_tensor *kc = W(&m->k_cache[l]), *vc = W(&m->v_cache[l]);
         pl_op_kv_store(g, pl_graph_reshape(g, k, 2, (int64_t[]){G * D, n}), in->pos, in->seq, kc);
@@ -151,6 +158,6 @@ static pl_tensor *qwen_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in
 }
 
 const pl_arch pl_arch_qwen3 = {"qwen3", "Qwen3 dense (per-head Q/K RMSNorm, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen3_load, qwen_build, pl_arch_qwen_capacity};
+                               qwen_keys, qwen3_load, pl_dense_build, pl_arch_qwen_capacity};
 const pl_arch pl_arch_qwen2 = {"qwen2", "Qwen2 / Qwen2.5 dense (Q/K/V biases, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen2_load, qwen_build, pl_arch_qwen_capacity};
+                               qwen_keys, qwen2_load, pl_dense_build, pl_arch_qwen_capacity};

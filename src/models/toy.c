@@ -32,6 +32,7 @@ static pl_status toy_load(pl_model *m) {
     hp->rms_eps = 1e-6f;
     hp->rope_base = 10000.0f;
     hp->rope_scale = 1.0f;
+    hp->rope_mode = 2;  /* NeoX, as qwen3 whose builder it borrows */
     const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
     const uint64_t norm = PL_DTMASK(PL_F32);
     PL_TRY(pl_model_bind(m, &m->tok_embd, true, 0, 2, (int64_t[]){E, V}, "token_embd.weight"));

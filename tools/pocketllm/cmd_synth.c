@@ -1,7 +1,8 @@
 /*
- * pocketllm synth: writes a Qwen3-shaped GGUF with random weights of the real
- * shapes and the real tokenizer (copied from a vocab-only GGUF), for
- * benchmarks at 0.6B-8B sizes. llama.cpp loads the result too.
+ * pocketllm synth: writes a Qwen3-shaped (or, with --arch llama, Llama-shaped:
+ * no Q/K norms, normal RoPE) GGUF with random weights of the real shapes and
+ * the real tokenizer (copied from a vocab-only GGUF), for benchmarks at
+ * 0.6B-8B sizes and for tiny test fixtures. llama.cpp loads the result too.
  *
  * Weights: uniform in [-a, a] with a = sqrt(3 / fan_in) (unit-variance
  * activations through each projection), norms 1 + small noise. Every tensor is
@@ -115,13 +116,18 @@ static int file_type_of(pl_dtype t) {
     }
 }
 
+static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
 static int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v;
     long long seed = 1, threads = 0;
     bool bad = false, untied = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help")) {
-            puts("usage: pocketllm synth --arch qwen3 --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
+            puts("usage: pocketllm synth --arch qwen3|llama --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
                  "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
                  "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
                  "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32)");
@@ -139,7 +145,8 @@ static int cmd_synth(int argc, char **argv) {
         } else return pl_cli_error("synth: unknown option '%s'", argv[i]);
     }
     if (bad) return 1;
-    if (strcmp(arch, "qwen3")) return pl_cli_error("synth: only --arch qwen3 is supported");
+    const bool llama = !strcmp(arch, "llama");
+    if (strcmp(arch, "qwen3") && !llama) return pl_cli_error("synth: --arch must be qwen3 or llama");
     if (!preset || !out || !vocab) return pl_cli_error("synth: --preset, --out and --vocab are required");
     synth_dims d;
     bool found = false;
@@ -164,22 +171,22 @@ static int cmd_synth(int argc, char **argv) {
 
     pl_gguf_writer *w = NULL;
     pl_gguf_writer_create(&w);
-    char name[128];
-    pl_gguf_writer_add_str(w, "general.architecture", "qwen3");
-    snprintf(name, sizeof name, "synthetic qwen3 %s %s", d.name, type);
+    char name[128], key[96];
+    pl_gguf_writer_add_str(w, "general.architecture", arch);
+    snprintf(name, sizeof name, "synthetic %s %s %s", arch, d.name, type);
     pl_gguf_writer_add_str(w, "general.name", name);
     pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)file_type_of(wt));
     pl_gguf_writer_add_u32(w, "general.quantization_version", 2);
-    pl_gguf_writer_add_u32(w, "qwen3.context_length", 40960);
-    pl_gguf_writer_add_u32(w, "qwen3.embedding_length", (uint32_t)d.n_embd);
-    pl_gguf_writer_add_u32(w, "qwen3.block_count", (uint32_t)d.n_layer);
-    pl_gguf_writer_add_u32(w, "qwen3.feed_forward_length", (uint32_t)d.n_ff);
-    pl_gguf_writer_add_u32(w, "qwen3.attention.head_count", (uint32_t)d.n_head);
-    pl_gguf_writer_add_u32(w, "qwen3.attention.head_count_kv", (uint32_t)d.n_head_kv);
-    pl_gguf_writer_add_u32(w, "qwen3.attention.key_length", (uint32_t)d.head_dim);
-    pl_gguf_writer_add_u32(w, "qwen3.attention.value_length", (uint32_t)d.head_dim);
-    pl_gguf_writer_add_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f);
-    pl_gguf_writer_add_f32(w, "qwen3.rope.freq_base", 1000000.0f);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "context_length"), 40960);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "embedding_length"), (uint32_t)d.n_embd);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "block_count"), (uint32_t)d.n_layer);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "feed_forward_length"), (uint32_t)d.n_ff);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.head_count"), (uint32_t)d.n_head);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.head_count_kv"), (uint32_t)d.n_head_kv);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.key_length"), (uint32_t)d.head_dim);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.value_length"), (uint32_t)d.head_dim);
+    pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-6f);
+    pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "rope.freq_base"), 1000000.0f);
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
@@ -205,8 +212,10 @@ static int cmd_synth(int argc, char **argv) {
         ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_k.weight", li);
         ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_v.weight", li);
         ADD_T(wt, 2, H * D, E, false, "blk.%d.attn_output.weight", li);
-        ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_q_norm.weight", li);
-        ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_k_norm.weight", li);
+        if (!llama) {
+            ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_q_norm.weight", li);
+            ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_k_norm.weight", li);
+        }
         ADD_T(PL_F32, 1, E, 1, true, "blk.%d.ffn_norm.weight", li);
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_gate.weight", li);
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_up.weight", li);
@@ -235,7 +244,7 @@ static int cmd_synth(int argc, char **argv) {
     if (!rc) {
         uint64_t size = 0;
         pl_gguf_writer_file_size(w, &size);
-        fprintf(stderr, "wrote %s: qwen3 %s, %s, %zu tensors, %.2f GiB\n", out, d.name, type, n, size / 1073741824.0);
+        fprintf(stderr, "wrote %s: %s %s, %s, %zu tensors, %.2f GiB\n", out, arch, d.name, type, n, size / 1073741824.0);
     }
 done:
     free(sc.bufs);
