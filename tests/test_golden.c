@@ -41,6 +41,8 @@ static const fixture fixtures[] = {
     {"tiny-qwen3-untied-q4_k_m", 1.0f, 1.0f},
     {"tiny-qwen2-f16", 0.1f, 0.1f},
     {"tiny-qwen2-q4_k_m", 1.0f, 1.0f},
+    {"tiny-llama-f16", 0.1f, 0.1f},
+    {"tiny-llama-q4_k_m", 1.0f, 1.0f},
     /* The quantization ladder (q2_K, IQ and TQ files). tol 1.0 as for the other
      * quantized files: exact arithmetic on the decoded weights (ref) is measured
      * at up to 0.862 from llama.cpp (iq2_xxs; PROVENANCE.md's float64 pass found
@@ -179,7 +181,7 @@ int main(int argc, char **argv) {
      * and the first two prompts of each. */
     static const char *const sanitized_subset[] = {"tiny-qwen3-f32", "tiny-qwen3-bf16", "tiny-qwen3-q4_k_m",
                                                    "tiny-qwen3-untied-q4_k_m", "tiny-qwen3-iq2_xxs",
-                                                   "tiny-qwen3-tq1_0", "tiny-qwen2-q4_k_m", NULL};
+                                                   "tiny-qwen3-tq1_0", "tiny-qwen2-q4_k_m", "tiny-llama-q4_k_m", NULL};
     max_cases = 2;
 #endif
     char *save = NULL;
