@@ -184,6 +184,8 @@ static size_t check_roundtrip(const pl_vocab *v, const char *s, size_t n, bool p
 
 /* ---- golden ids ---------------------------------------------------------- */
 
+static void test_golden_ids_only(const pl_vocab *v, const char *rel, const char *name);
+
 static void test_golden(const pl_vocab *v, const char *rel, const char *name) {
     json_error_t err;
     json_t *root = json_load_file(pl_fixture(rel), 0, &err);
@@ -209,6 +211,83 @@ static void test_golden(const pl_vocab *v, const char *rel, const char *name) {
     }
     printf("%s: %zu/%zu golden cases match llama.cpp\n", name, ok, total);
     json_decref(root);
+}
+
+static void test_golden_ids_only(const pl_vocab *v, const char *rel, const char *name) {
+    json_error_t err;
+    json_t *root = json_load_file(pl_fixture(rel), 0, &err);
+    CHECK(root != NULL, "%s: %s", rel, err.text);
+    if (!root) return;
+    json_t *cases = json_object_get(root, "cases");
+    size_t i, ok = 0, total = json_array_size(cases);
+    json_t *c;
+    json_array_foreach(cases, i, c) {
+        json_t *jp = json_object_get(c, "prompt");
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        pl_status st = pl_vocab_tokenize(v, json_string_value(jp), json_string_length(jp), true, &ids, &ni);
+        bool good = st == PL_OK && ids_equal(ids, ni, json_object_get(c, "tokens"));
+        CHECK(good, "%s case %zu: %s", name, i, json_string_value(jp));
+        if (!good) print_ids("got", ids, ni);
+        ok += good;
+        free(ids);
+    }
+    printf("%s: %zu/%zu golden cases match llama.cpp\n", name, ok, total);
+    json_decref(root);
+}
+
+/* SentencePiece (llama-spm-vocab.gguf, a Llama-2-style vocabulary): ids as
+ * llama.cpp gives them for tok-prompts.txt + spm-prompts.txt, and the text
+ * back where llama.cpp's detokenize would give it: one leading space (the
+ * space prefix) dropped, so exact for text without special tokens. */
+static void test_golden_spm(const pl_vocab *v, const char *rel, const char *name) {
+    test_golden_ids_only(v, rel, name);
+    json_error_t err;
+    json_t *root = json_load_file(pl_fixture(rel), 0, &err);
+    if (!root) return;
+    size_t i, exact = 0, tried = 0;
+    json_t *c;
+    json_array_foreach(json_object_get(root, "cases"), i, c) {
+        const char *p = json_string_value(json_object_get(c, "prompt"));
+        size_t pl = json_string_length(json_object_get(c, "prompt"));
+        if (memchr(p, '<', pl) || strstr(p, "\xe2\x96\x81") || !valid_utf8((const unsigned char *)p, pl)) continue;
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        if (pl_vocab_tokenize(v, p, pl, true, &ids, &ni) != PL_OK) continue;
+        buf_t back = detok(v, ids, ni, true);
+        tried++;
+        const bool ok = back.n == pl + 1 && back.p[0] == ' ' && !memcmp(back.p + 1, p, pl);
+        CHECK(ok, "%s: '%s' does not come back (after the space prefix)", name, p);
+        exact += ok;
+        free(back.p);
+        free(ids);
+    }
+    printf("%s: %zu/%zu texts come back after the space prefix\n", name, exact, tried);
+    json_decref(root);
+    /* Any bytes (invalid UTF-8, NULs, controls) come back exactly: each byte
+     * is in a token or has a byte-fallback token, with no U+FFFD repair as in
+     * byte-level BPE. Random strings without ' ', '<' or 0xE2 (the specials
+     * and U+2581 would change the text legitimately). */
+    uint64_t st = 0x9E3779B97F4A7C15ull;
+    size_t bad = 0;
+    for (int k = 0; k < 300; k++) {
+        char txt[64];
+        size_t n = 1 + k % 63;
+        for (size_t j = 0; j < n; j++) {
+            st = st * 6364136223846793005ull + 1442695040888963407ull;
+            unsigned char b = (unsigned char)(st >> 56);
+            if (b == ' ' || b == '<' || b == 0xE2) b = 'x';
+            txt[j] = (char)b;
+        }
+        int32_t *ids = NULL;
+        size_t ni = 0;
+        if (pl_vocab_tokenize(v, txt, n, true, &ids, &ni) != PL_OK) { bad++; continue; }
+        buf_t back = detok(v, ids, ni, true);
+        if (!(back.n == n + 1 && back.p[0] == ' ' && !memcmp(back.p + 1, txt, n))) bad++;
+        free(back.p);
+        free(ids);
+    }
+    CHECK(bad == 0, "%s: %zu of 300 random byte strings do not come back exactly", name, bad);
 }
 
 /* llama.cpp's tests/test-tokenizer-0 data: inputs separated by
@@ -794,8 +873,25 @@ static void test_synthetic(void) {
     const syn_opts base = {"gpt2", "qwen2", 0, 0, -1, NULL, false, false, false, false, false};
     syn_opts o;
 
-    o = base; o.model = "llama";
-    expect_load_error(o, PL_ERR_UNSUPPORTED, "'llama'", "unsupported model");
+    o = base; o.model = "bert";
+    expect_load_error(o, PL_ERR_UNSUPPORTED, "'bert'", "unsupported model");
+    {   /* a SentencePiece vocabulary without byte tokens: a byte that has no
+         * token is an error naming it (llama.cpp throws), not a crash */
+        o = base; o.model = "llama";
+        pl_vocab *v = NULL;
+        pl_gguf *g = NULL;
+        unsigned char *img = NULL;
+        CHECK(syn_load(&o, &v, &g, &img) == PL_OK, "SentencePiece synthetic loads: %s", pl_last_error());
+        if (v) {
+            int32_t *ids = NULL;
+            size_t ni = 0;
+            pl_status st = pl_vocab_tokenize(v, "a\x01", 2, false, &ids, &ni);
+            CHECK(st == PL_ERR_INVALID_ARG && strstr(pl_last_error(), "has no token (neither <0x"), "SentencePiece byte without token: %s",
+                  pl_last_error());
+            free(ids);
+        }
+        syn_free(v, g, img);
+    }
     o = base; o.model = NULL;
     expect_load_error(o, PL_ERR_NOT_FOUND, "tokenizer.ggml.model", "missing model");
     o = base; o.pre = "no-such-pre";
@@ -955,6 +1051,14 @@ int main(void) {
         CHECK(r.exact == 8044 && r.unused == 230 && r.partial == 174 && r.split == 0 && r.reseg == 0,
               "tiny-qwen3 round-trip classes changed");
     }
+    pl_gguf *g_spm = NULL;
+    pl_vocab *spm = load_vocab("models/llama-spm-vocab.gguf", &g_spm, &ms, &cpu_ms);
+    if (spm) {
+        printf("llama-spm-vocab.gguf (SentencePiece): %d tokens loaded in %.1f ms\n", pl_vocab_n_tokens(spm), ms);
+        test_golden_spm(spm, "golden/llama-spm-vocab.tok.json", "llama-spm-vocab");
+    }
+    pl_vocab_free(spm);
+    pl_gguf_close(g_spm);
     pl_vocab_free(full);
     pl_vocab_free(tiny);
     pl_gguf_close(g_full);

@@ -53,6 +53,12 @@ PL_API pl_status pl_detokenize(const pl_model *m, const int32_t *ids, size_t n, 
             st = pl_vocab_piece(m->vocab, ids[i], special, out + used, cap - used - 1, &need);
         }
         if (st != PL_OK) { free(out); return st; }
+        if (i == 0 && need > 0 && out[0] == ' ' && pl_vocab_space_prefix(m->vocab)) {
+            /* SentencePiece: tokenizing added this space (llama.cpp's
+             * detokenize strips it from the first piece) */
+            memmove(out, out + 1, need - 1);
+            need--;
+        }
         used += need;
     }
     out[used] = 0;

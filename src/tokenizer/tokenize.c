@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/status.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/ucd.h"
 #include "tokenizer/vocab_internal.h"
@@ -364,9 +365,14 @@ pl_status pl_vocab_tokenize(const pl_vocab *v, const char *text, size_t len,
     /* first guess of the output size: about one token per 4 bytes */
     grow((void **)&c.out, &c.cap_out, len / 4 + 16, sizeof *c.out, &c);
 
+    bool prev_special = true;   /* SentencePiece: a space prefix at the start and after special tokens */
     for (size_t i = 0; i < nf && c.err == PL_OK; i++) {
         if (f[i].token >= 0) emit(&c, f[i].token);
+        else if (v->spm)
+            c.err = pl_spm_encode(v, text + f[i].start, f[i].len, v->add_space_prefix && prev_special, &c.out,
+                                  &c.n_out, &c.cap_out);
         else tokenize_raw(&c, (const unsigned char *)text + f[i].start, f[i].len, f[i].start);
+        prev_special = f[i].token >= 0;
     }
 
     free(f);

@@ -32,6 +32,7 @@ int32_t pl_vocab_n_tokens(const pl_vocab *v);
 int32_t pl_vocab_bos(const pl_vocab *v);        /* -1 if none */
 int32_t pl_vocab_eos(const pl_vocab *v);        /* -1 if none */
 bool pl_vocab_add_bos(const pl_vocab *v);       /* tokenizer.ggml.add_bos_token */
+bool pl_vocab_space_prefix(const pl_vocab *v);  /* SentencePiece adds a leading space: detokenize drops it */
 /* End of generation: eos, eot, and the control tokens llama.cpp treats as
  * such (<|im_end|>, <|endoftext|>, <|eot_id|>, ...). */
 bool pl_vocab_is_eog(const pl_vocab *v, int32_t id);

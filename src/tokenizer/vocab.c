@@ -233,6 +233,7 @@ static void vocab_free_parts(pl_vocab *v) {
     free(v->str_merges);
     free(v->str_merge_map);
     free(v->special);
+    free(v->scores);
 }
 
 void pl_vocab_free(pl_vocab *v) {
@@ -372,6 +373,22 @@ static pl_status load_tokens(pl_vocab *v, const pl_gguf *g) {
         if (n != (uint64_t)v->n_tokens)
             return pl_errorf(PL_ERR_FORMAT, "%s: %s has %llu entries but %s has %d", pl_gguf_name(g), K_SCORES,
                              (unsigned long long)n, K_TOKENS, v->n_tokens);
+        if (v->spm) {   /* SentencePiece merges by score */
+            v->scores = malloc(n * sizeof *v->scores);
+            if (!v->scores) return oom(g, "token scores");
+            for (uint64_t i = 0; i < n; i++) {
+                if (et == PL_GGUF_FLOAT32) memcpy(&v->scores[i], (const char *)data + 4 * i, 4);
+                else {
+                    double d = 0;
+                    int64_t iv = 0;
+                    if (et == PL_GGUF_FLOAT64) PL_TRY(pl_gguf_arr_f64(g, K_SCORES, i, &d));
+                    else { PL_TRY(pl_gguf_arr_i64(g, K_SCORES, i, &iv)); d = (double)iv; }
+                    v->scores[i] = (float)d;
+                }
+            }
+        }
+    } else if (v->spm) {
+        return pl_errorf(PL_ERR_FORMAT, "%s: a SentencePiece vocabulary needs %s", pl_gguf_name(g), K_SCORES);
     }
     return PL_OK;
 }
@@ -726,6 +743,59 @@ static pl_status build_special_cache(pl_vocab *v, const pl_gguf *g) {
     return PL_OK;
 }
 
+/* ---- SentencePiece ------------------------------------------------------- */
+
+/* llama.cpp's SPM settings (llama_vocab::impl::load): BOS 1, EOS 2, UNK 0
+ * unless the file says otherwise; add_bos on, add_eos off, a space prefix;
+ * tokenizer.ggml.pre is not read. */
+static const pl_pretok_info k_spm_info = {"(sentencepiece)", PL_PRETOK_QWEN2, false, true, false};
+
+static pl_status load_spm(const pl_gguf *g, pl_vocab **out) {
+    pl_vocab *v = calloc(1, sizeof *v);
+    if (!v) return oom(g, "vocabulary");
+    v->spm = true;
+    v->pretok = &k_spm_info;
+    v->bos = 1;
+    v->eos = 2;
+    v->unk = 0;
+    v->eot = v->eom = v->sep = v->pad = v->mask = -1;
+    v->fim_pre = v->fim_suf = v->fim_mid = v->fim_pad = v->fim_rep = v->fim_sep = -1;
+    v->add_bos = true;
+    v->add_eos = false;
+    v->add_space_prefix = true;
+    pl_status st = load_tokens(v, g);
+    if (st == PL_OK && (v->bos >= v->n_tokens || v->eos >= v->n_tokens || v->unk >= v->n_tokens)) {
+        /* the defaults point outside a tiny vocabulary: only explicit ids count */
+        if (v->bos >= v->n_tokens) v->bos = -1;
+        if (v->eos >= v->n_tokens) v->eos = -1;
+        if (v->unk >= v->n_tokens) v->unk = -1;
+    }
+    if (st == PL_OK) st = load_special_ids(v, g);
+    if (st == PL_OK) {
+        bool b;
+        st = pl_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &b);
+        if (st == PL_OK) v->add_space_prefix = b;
+        else if (st == PL_ERR_NOT_FOUND) st = PL_OK;
+    }
+    if (st == PL_OK) {
+        static const char hex[] = "0123456789ABCDEF";
+        for (int b = 0; b < 256; b++) {
+            char name[6] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>'}, c = (char)b;
+            int32_t id = pl_vocab_lookup(v, name, 6);
+            v->spm_byte_tok[b] = id >= 0 ? id : pl_vocab_lookup(v, &c, 1);
+            v->byte_tok[b] = v->single_tok[b] = -1;
+        }
+        detect_special(v);
+        st = build_special_cache(v, g);
+    }
+    if (st != PL_OK) {
+        pl_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return PL_OK;
+}
+
 /* ---- public: load -------------------------------------------------------- */
 
 pl_status pl_vocab_load(const pl_gguf *g, pl_vocab **out) {
@@ -738,11 +808,13 @@ pl_status pl_vocab_load(const pl_gguf *g, pl_vocab **out) {
     if (st == PL_ERR_NOT_FOUND)
         return pl_errorf(PL_ERR_NOT_FOUND, "%s: no %s: the file has no tokenizer", pl_gguf_name(g), K_MODEL);
     if (st != PL_OK) return st;
+    if (str_eq(model, "llama")) return load_spm(g, out);
     if (!str_eq(model, "gpt2")) {
         char buf[300];
         printable(model, buf, sizeof buf);
-        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: tokenizer model '%s' is not supported (only 'gpt2', byte-level BPE)",
-                         pl_gguf_name(g), buf);
+        return pl_errorf(PL_ERR_UNSUPPORTED,
+                         "%s: tokenizer model '%s' is not supported (supported: 'gpt2', byte-level BPE, and 'llama', "
+                         "SentencePiece)", pl_gguf_name(g), buf);
     }
     st = pl_gguf_get_str(g, K_PRE, &pre);
     if (st == PL_ERR_NOT_FOUND)
@@ -793,6 +865,7 @@ int32_t pl_vocab_n_tokens(const pl_vocab *v) { return v ? v->n_tokens : 0; }
 int32_t pl_vocab_bos(const pl_vocab *v) { return v ? v->bos : -1; }
 int32_t pl_vocab_eos(const pl_vocab *v) { return v ? v->eos : -1; }
 bool pl_vocab_add_bos(const pl_vocab *v) { return v && v->add_bos; }
+bool pl_vocab_space_prefix(const pl_vocab *v) { return v && v->spm && v->add_space_prefix; }
 
 bool pl_vocab_is_eog(const pl_vocab *v, int32_t id) {
     return v && id >= 0 && id < v->n_tokens && (v->attr[id] & PL_ATTR_EOG);
@@ -872,6 +945,12 @@ pl_status pl_vocab_piece(const pl_vocab *v, int32_t id, bool special,
         if (special) pw_put(&w, text, v->tok_len[id]);
     } else if (a & PL_ATTR_USER_DEFINED) {
         pw_put(&w, text, v->tok_len[id]);
+    } else if ((a & PL_ATTR_NORMAL) && v->spm) {
+        /* U+2581 back to spaces (llama_unescape_whitespace) */
+        for (size_t i = 0, n = v->tok_len[id]; i < n;) {
+            if (i + 3 <= n && !memcmp(text + i, "\xe2\x96\x81", 3)) { pw_put(&w, " ", 1); i += 3; }
+            else pw_put(&w, text + i++, 1);
+        }
     } else if (a & PL_ATTR_NORMAL) {
         decode_bpe_text(v, id, &w);
     } else if (a & PL_ATTR_BYTE) {

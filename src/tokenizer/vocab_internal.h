@@ -87,6 +87,12 @@ struct pl_vocab {
     int32_t n_special;
 
     const pl_pretok_info *pretok;
+
+    /* SentencePiece vocabularies (tokenizer.ggml.model "llama"; spm.c) */
+    bool spm;
+    bool add_space_prefix;    /* tokenizer.ggml.add_space_prefix, default true */
+    float *scores;            /* [n_tokens], NULL when the file has none */
+    int32_t spm_byte_tok[256];/* byte fallback: <0xXX>, else the 1-byte token, else -1 */
 };
 
 uint64_t pl_tok_hash(const void *p, size_t n);

@@ -95,5 +95,12 @@ out=$("$BIN" detokenize --model "$tmp/empty.gguf" --ids 9707,5,11,5,1879 2>&1); 
 if [ $rc -eq 0 ] && [ "$out" = "$want" ] && [ "$want" = "Hello, world" ]; then pass=$((pass+1))
 else echo "FAIL empty tokens between others: rc=$rc [$out] want [$want]"; fail=$((fail+1)); fi
 
+# SentencePiece: the space prefix that tokenizing adds is dropped again by
+# detokenize (llama.cpp's rule: from the first piece only), not printed.
+ids=$("$BIN" tokenize --model "$FIX/models/llama-spm-vocab.gguf" --prompt "Hello world" 2>&1 | tr -d '[] ')
+out=$("$BIN" detokenize --model "$FIX/models/llama-spm-vocab.gguf" --ids "$ids" 2>&1); rc=$?
+if [ $rc -eq 0 ] && [ "$out" = "Hello world" ]; then pass=$((pass+1))
+else echo "FAIL SentencePiece round trip: rc=$rc ids [$ids] [$out]"; fail=$((fail+1)); fi
+
 echo "silent_wrong: $pass passed, $fail failed"
 [ $fail -eq 0 ]
