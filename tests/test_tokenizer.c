@@ -664,6 +664,15 @@ static void test_splitters(void) {
         {PL_PRETOK_QWEN2, "\xd9\xa3\xe2\x85\xa7x", "\xd9\xa3|\xe2\x85\xa7|x"},
         {PL_PRETOK_GPT2, " \xc3\xa9t\xc3\xa9  1.5", " \xc3\xa9t\xc3\xa9| | 1|.|5"},
         {PL_PRETOK_LLAMA3, "abc1234567def", "abc|123|456|7|def"},
+        /* smollm / starcoder: "\p{N}" first, then GPT-2 on each piece (Python
+         * `regex`, applying the two patterns in turn as llama.cpp does) */
+        {PL_PRETOK_DIGITS_GPT2, "Hello world 123!!", "Hello| world| |1|2|3|!!"},
+        {PL_PRETOK_DIGITS_GPT2, "a  1 b", "a|  |1| b"},
+        {PL_PRETOK_DIGITS_GPT2, "x 12.5%", "x| |1|2|.|5|%"},
+        {PL_PRETOK_DIGITS_GPT2, "  42", "  |4|2"},
+        {PL_PRETOK_DIGITS_GPT2, "abc1def", "abc|1|def"},
+        {PL_PRETOK_DIGITS_GPT2, " 1, 2, 3", " |1|,| |2|,| |3"},
+        {PL_PRETOK_DIGITS_GPT2, "tab\t9\n", "tab|\t|9|\n"},
         /* llama.cpp lowercases one codepoint with a table, so LONG S (U+017F)
          * does not start a contraction (a real (?i:) regex would fold it to
          * 's' and split "'\xc5\xbf" off) */

@@ -181,13 +181,17 @@ static size_t split_gpt2(const uint32_t *c, size_t n, size_t pos) {
 /* llama.cpp applies "\p{N}" and then the GPT-2 expression to each piece it
  * left, so a digit is always a word of its own and the GPT-2 rules see the
  * text between two digits as if it ended there (a space before a digit stays
- * with the whitespace run). The GPT-2 splitter looks at most one codepoint
- * past the word it returns, so only a digit inside that span matters. */
+ * with the whitespace run: "a  1" is "a", "  ", "1"). The GPT-2 splitter
+ * looks one codepoint past the word it returns, and past the end of a
+ * whitespace run ("\s+(?!\S)"), so a digit there cuts the text first. */
 static size_t split_digits_gpt2(const uint32_t *c, size_t n, size_t pos) {
     if (flags_at(c, n, pos) & PL_UCD_NUMBER) return pos + 1;
-    size_t e = split_gpt2(c, n, pos);
-    for (size_t k = pos + 1; k <= e && k < n; k++)
-        if (flags_at(c, n, k) & PL_UCD_NUMBER) return split_gpt2(c, k, pos);
+    const size_t e = split_gpt2(c, n, pos);
+    for (size_t k = pos + 1; k < n; k++) {
+        const uint16_t f = flags_at(c, n, k);
+        if (f & PL_UCD_NUMBER) return split_gpt2(c, k, pos);
+        if (k > e && !(f & PL_UCD_WHITESPACE)) break;
+    }
     return e;
 }
 
