@@ -123,6 +123,20 @@ EOF
 want=$(srv_ids "$body" | python3 -c 'import sys; print(len(eval(sys.stdin.read())))')
 [[ "$second" == "$want" ]] || fail "the prompt after /tool has $second tokens, serve builds $want: $out"
 pass=$((pass + 1))
+
+# A reply cut off inside a UTF-8 character (this one, with these penalties)
+# stays in the history as text with U+FFFD, as serve takes it back.
+pen=(--repeat-penalty 3 --frequency-penalty 2 --presence-penalty 2)
+text=$("$BIN" run --model "$M" --chat --max-tokens 12 --json --prompt hi "${pen[@]}" 2>/dev/null |
+       python3 -c 'import json,sys; print(json.dumps(json.load(sys.stdin)["text"]))')
+[[ "$text" == *'\ufffd"' ]] || fail "the reply no longer ends inside a character (pick other flags): $text"
+out=$(printf 'hi\nmore\n/exit\n' | "$BIN" run --model "$M" --chat --max-tokens 12 --ctx 512 "${pen[@]}" 2>&1)
+second=$(grep '^\[[0-9]* tokens' <<<"$out" | sed -n 2p | sed -E 's/.*prompt ([0-9]+) tokens.*/\1/')
+want=$(srv_ids "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": $text},
+                 {\"role\": \"user\", \"content\": \"more\"}], \"chat_template_kwargs\": {\"enable_thinking\": false}}" |
+       python3 -c 'import sys; print(len(eval(sys.stdin.read())))')
+[[ "$second" == "$want" ]] || fail "the second prompt has $second tokens, serve builds $want for the same history: $out"
+pass=$((pass + 1))
 stop_server
 
 # --chat --prompt --tools --json: the calls as OpenAI tool_calls.
@@ -206,7 +220,6 @@ z=$(tok "$M" "Z" | tr -d '[]')
 out=$(printf 'hi\nmore\n/exit\n' | "$BIN" run --model "$M" --chat --max-tokens 5 --ctx 512 --logit-bias "$z=100" 2>/dev/null)
 [[ "$out" == $'ZZZZZ\nZZZZZ' ]] || fail "--logit-bias in the chat: $out"
 pass=$((pass + 1))
-pen=(--repeat-penalty 3 --frequency-penalty 2 --presence-penalty 2)
 reply() { printf 'hi\n/exit\n' | "$BIN" run --model "$M" --chat --max-tokens 12 --ctx 512 "$@" 2>/dev/null; }
 with=$(reply "${pen[@]}") without=$(reply)
 [[ "$with" != "$without" ]] || fail "the penalties change nothing in the chat: $with"
