@@ -235,7 +235,7 @@ python3 -c 'import json,sys; v = json.loads(sys.argv[1]); assert list(v) == ["a"
     fail "--json-schema in the chat: $out"
 pass=$((pass + 1))
 
-# ---- bad --tools -----------------------------------------------------------------------
+# ---- bad --tools, bad grammar -----------------------------------------------------------------------
 err=$("$BIN" run --model "$M" --tools "$tmp/tools.json" --prompt hi 2>&1) && fail "--tools without --chat accepted"
 grep -q -- "--tools needs --chat" <<<"$err" || fail "--tools without --chat: $err"
 echo '[{"type": "function", "function": {"description": "no name"}}]' >"$tmp/noname.json"
@@ -246,6 +246,9 @@ for f in noname notjson; do
 done
 grep -q "function.name must be a non-empty string" <<<"$(printf 'hi\n' | "$BIN" run --model "$M" --chat --tools "$tmp/noname.json" 2>&1)" ||
     fail "--tools without a name does not say so"
+echo 'root ::= "a' >"$tmp/bad.gbnf"
+err=$(printf 'hi\n' | "$BIN" run --model "$M" --chat --grammar "$tmp/bad.gbnf" 2>&1) && fail "a bad grammar accepted in the chat"
+grep -q "bad.gbnf: grammar 2:1" <<<"$err" || fail "a bad grammar in the chat: $err"
 pass=$((pass + 1))
 
 echo "chat_prompt: $pass passed, 0 failed"
