@@ -235,7 +235,7 @@ python3 -c 'import json,sys; v = json.loads(sys.argv[1]); assert list(v) == ["a"
     fail "--json-schema in the chat: $out"
 pass=$((pass + 1))
 
-# ---- bad --tools, bad grammar -----------------------------------------------------------------------
+# ---- bad --tools, bad grammar ------------------------------------------------------
 err=$("$BIN" run --model "$M" --tools "$tmp/tools.json" --prompt hi 2>&1) && fail "--tools without --chat accepted"
 grep -q -- "--tools needs --chat" <<<"$err" || fail "--tools without --chat: $err"
 echo '[{"type": "function", "function": {"description": "no name"}}]' >"$tmp/noname.json"
