@@ -29,6 +29,8 @@ static const char *run_usage =
     "                        without, an interactive chat (/exit, /clear; history kept)\n"
     "  --system S            a system message for --chat\n"
     "  --think               let Qwen3 models think (--chat passes enable_thinking=false otherwise)\n"
+    "  --tools FILE          with --chat: an OpenAI tools array (JSON); the model's tool calls are printed\n"
+    "                        (\"tool_call: {...}\" lines; with --json a \"tool_calls\" array); /tool answers one\n"
     "  --repeat-penalty F    llama.cpp's repetition penalty (1 = off, default)\n"
     "  --repeat-last-n N     tokens of prompt + output it looks at (default 64; 0 off, -1 all)\n"
     "  --frequency-penalty F --presence-penalty F   OpenAI's penalties over generated tokens (-2..2, default 0)\n"
@@ -186,8 +188,11 @@ static int cmd_run(int argc, char **argv) {
     long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
     double temp = 0, top_p = 0.95, min_p = 0.05;
     bool parse_special = true, json = false, bad = false, chat = false, think = false, max_set = false;
-    const char *system_msg = NULL, *grammar_path = NULL, *schema_path = NULL;
-    char *chat_prompt = NULL;
+    const char *system_msg = NULL, *grammar_path = NULL, *schema_path = NULL, *tools_path = NULL;
+    pl_chat_opts co = {0};
+    pl_chat *chat_h = NULL;   /* chat_repl.c: --chat --prompt's prompt tokens and tool calls */
+    int32_t *chat_ids = NULL;
+    size_t n_chat_ids = 0;
     run_sampling rsm = {.repeat = 1.0, .last_n = 64, .logprobs = -1};
     run_lp *lps = NULL;
     for (int i = 1; i < argc && !bad; i++) {
@@ -200,6 +205,7 @@ static int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--think")) think = true;
         else if (pl_cli_opt(argc, argv, &i, "--system", &system_msg, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--grammar", &grammar_path, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--tools", &tools_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--json-schema", &schema_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--prompt", &prompt, &bad) || pl_cli_opt(argc, argv, &i, "-p", &prompt, &bad)) {}
@@ -230,7 +236,7 @@ static int cmd_run(int argc, char **argv) {
     if (!prompt && !chat) return pl_cli_error("run: --prompt is required (or --chat for an interactive chat)");
     if (!prompt && json) return pl_cli_error("run: --json needs --prompt");
     if (grammar_path && schema_path) return pl_cli_error("run: --grammar and --json-schema exclude each other");
-    if ((grammar_path || schema_path) && !prompt) return pl_cli_error("run: --grammar / --json-schema need --prompt");
+    if (tools_path && !chat) return pl_cli_error("run: --tools needs --chat");
     char *gtext = NULL;
     size_t gtext_len = 0;
     if ((grammar_path || schema_path) && !(gtext = read_all(grammar_path ? grammar_path : schema_path, &gtext_len))) return 1;
@@ -261,13 +267,28 @@ static int cmd_run(int argc, char **argv) {
     }
     double load_ms = now_ms() - t0;
     if (!json) fprintf(stderr, " done (%.0f ms, %s, device %s)\n", load_ms, pl_model_arch(model), pl_model_device(model));
-    if (chat) { /* chat_repl.c: the interactive chat, or one user turn rendered by the chat template */
-        pl_chat_opts co = {model_path, system_msg, think, max_set || prompt ? max_tokens : 0, pl_sampler_default_params()};
+    if (chat) { /* chat_repl.c: the interactive chat, or one user turn's prompt as the chat builds it */
+        co = (pl_chat_opts){.model_path = model_path, .system = system_msg, .think = think,
+                            .max_tokens = max_set || prompt ? max_tokens : 0, .sampler = pl_sampler_default_params()};
         co.sampler.temperature = (float)temp, co.sampler.top_k = (int32_t)top_k, co.sampler.top_p = (float)top_p;
         co.sampler.min_p = (float)min_p, co.sampler.seed = (uint64_t)seed;
-        if (!prompt) { int crc = pl_chat_repl(model, &co); pl_model_free(model); return crc; }
-        if (!(prompt = chat_prompt = pl_chat_render_turn(model, &co, prompt))) { pl_model_free(model); free(gtext); return 1; }
-        parse_special = true;
+        co.penalties = rsm.any, co.repeat_penalty = (float)rsm.repeat, co.repeat_last_n = (int32_t)rsm.last_n;
+        co.frequency_penalty = (float)rsm.freq, co.presence_penalty = (float)rsm.presence;
+        co.bias_ids = rsm.bias_id, co.bias = rsm.bias, co.n_bias = rsm.n_bias, co.tools_path = tools_path;
+        if (!prompt) { /* the chat compiles it (with --prompt, run's own path below does) */
+            co.grammar_text = gtext, co.grammar_len = gtext_len, co.grammar_is_schema = schema_path != NULL;
+            co.grammar_name = grammar_path ? grammar_path : schema_path;
+        }
+        int crc = !prompt ? pl_chat_repl(model, &co) : pl_chat_open(model, &co, &chat_h);
+        if (!crc && prompt) crc = pl_chat_turn_tokens(chat_h, prompt, &chat_ids, &n_chat_ids);
+        if (crc || !prompt) {
+            pl_chat_close(chat_h);
+            free(gtext);
+            free(rsm.bias_id);
+            free(rsm.bias);
+            pl_model_free(model);
+            return crc;
+        }
     }
 
     int rc = 0;
@@ -290,7 +311,10 @@ static int cmd_run(int argc, char **argv) {
         if (!json) fprintf(stderr, "grammar ready (%.1f ms)\n", now_ms() - tg);
     }
 
-    if (pl_tokenize(model, prompt, strlen(prompt), parse_special, NULL, &ids, &n_ids) != PL_OK) {
+    if (chat_ids) {
+        ids = chat_ids, n_ids = n_chat_ids;
+        chat_ids = NULL;
+    } else if (pl_tokenize(model, prompt, strlen(prompt), parse_special, NULL, &ids, &n_ids) != PL_OK) {
         rc = pl_cli_error("%s", pl_last_error());
         goto done;
     }
@@ -349,6 +373,7 @@ static int cmd_run(int argc, char **argv) {
     if (!json) {
         if (text.n > flushed) fwrite(text.p + flushed, 1, text.n - flushed, stdout);
         fputc('\n', stdout);
+        if (chat_h) pl_chat_print_tool_calls(chat_h, text.p, text.n, false);
         fprintf(stderr, "prompt %zu tokens, %.1f tok/s | generated %zu tokens, %.1f tok/s | %s\n", n_ids,
                 prefill_ms > 0 ? n_ids * 1e3 / prefill_ms : 0.0, n_gen,
                 decode_ms > 0 && n_gen > 1 ? (n_gen - 1) * 1e3 / decode_ms : 0.0, finish);
@@ -360,6 +385,7 @@ static int cmd_run(int argc, char **argv) {
         printf("], \"text\": ");
         pl_cli_json_string(stdout, text.p ? text.p : "", text.n);
         if (lps) print_logprobs_json(model, gen, lps, n_gen, (int)rsm.logprobs);
+        if (chat_h) pl_chat_print_tool_calls(chat_h, text.p, text.n, true);
         printf(", \"finish_reason\": \"%s\", \"timings\": {\"load_ms\": %.3f, \"prefill_ms\": %.3f, "
                "\"prefill_tok_s\": %.3f, \"decode_ms\": %.3f, \"decode_tok_s\": %.3f}}\n",
                finish, load_ms, prefill_ms, prefill_ms > 0 ? n_ids * 1e3 / prefill_ms : 0.0, decode_ms,
@@ -369,7 +395,8 @@ done:
     free(lps);
     free(rsm.bias_id);
     free(rsm.bias);
-    free(chat_prompt);
+    pl_chat_close(chat_h);
+    free(chat_ids);
     free(gtext);
     pl_grammar_free(grammar);
     free(text.p);
