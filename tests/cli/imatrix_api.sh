@@ -15,8 +15,9 @@ ok() { pass=$((pass+1)); }
 bad() { echo "FAIL: $*"; fail=$((fail+1)); }
 
 for th in 1 2; do
-  if "$BIN" imatrix -m "$M/tiny-qwen3-untied-f16.gguf" -f "$FIX/ladder/calib.txt" --ctx 64 --chunks 3 --device ref \
-       --process-output --threads $th -o "$T/im.gguf" 2>"$T/err" &&
+  # (the file records the text's path as given: run from the fixtures)
+  if (cd "$FIX" && "$BIN" imatrix -m models/tiny-qwen3-untied-f16.gguf -f ladder/calib.txt --ctx 64 --chunks 3 \
+        --device ref --process-output --threads $th -o "$T/im.gguf" 2>"$T/err") &&
      cmp -s "$T/im.gguf" "$FIX/quant/tiny-untied-imatrix-ref.gguf"; then ok
   else bad "imatrix ($th threads) differs from the library collector's file"; cat "$T/err"; fi
 done
