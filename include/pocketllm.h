@@ -442,8 +442,8 @@ typedef struct pl_node_info {
     const char *name;          /* the node's output tensor */
     const char *weight;        /* matmul: the weight's name; else NULL */
     const float *input;        /* matmul: its f32 input; else NULL */
-    int64_t ne[4];
-    size_t nb[4];
+    int64_t ne[4];             /* matmul: the input's shape; else the output's */
+    size_t nb[4];              /* byte strides of the same */
 } pl_node_info;
 typedef void (*pl_node_observer)(void *user, const pl_node_info *node);
 /* Sets (fn NULL: clears) the model's observer. PL_ERR_INVALID_ARG for a
