@@ -109,3 +109,14 @@ def test_fit_errors(fixtures_dir):
         pocketllm.fit(preset="0.6b", memory=1 << 30)  # no vocab
     with pytest.raises(pocketllm.InvalidArgumentError):
         pocketllm.fit()
+
+
+def test_model_fit(fixtures_dir):
+    src = model_path("tiny-qwen3-f16")
+    with pocketllm.Model(src, ctx=256, threads=2) as m:
+        plan = m.fit(memory=m.memory_plan["total"])
+        assert plan == pocketllm.fit(src, memory=m.memory_plan["total"], n_ctx=256, threads=2)
+        # the loaded model's own plan is rung 0's, and it fits a budget of exactly its size
+        assert plan["n_ctx"] == 256 and plan["rungs"][0]["total"] == m.memory_plan["total"]
+        assert plan["reason"] == "as_is" and plan["plan"] == plan["rungs"][0]["name"]
+        assert m.fit(memory=1000)["reason"] == "none_fits"
