@@ -339,7 +339,9 @@ PL_API pl_status pl_quant_type(int32_t i, pl_quant_type_info *out);
 
 /* llama-quantize's --tensor-type PATTERN=TYPE: every tensor the mix would
  * quantize whose name contains a match of pattern (POSIX extended regex) gets
- * type instead; the last matching override wins. */
+ * type instead; the last matching override wins. Unlike llama-quantize they
+ * apply to the float mixes (F16, BF16, F32) too. A type whose blocks do not
+ * divide a matched tensor's rows is PL_ERR_INVALID_ARG (no silent fallback). */
 typedef struct pl_quant_override {
     const char *pattern;
     const char *type;          /* a pl_quant_type name */

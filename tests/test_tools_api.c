@@ -127,6 +127,19 @@ static void test_quantize(const char *dir) {
         CHECK(!strcmp(type_of(f, "blk.0.attn_norm.weight"), "f32"), "norms are not quantized by an override");
         pl_inspect_close(f);
     }
+    /* a float mix takes overrides too */
+    pl_quant_override down8 = {"ffn_down", "q8_0"};
+    p.type = "F16";
+    p.overrides = &down8;
+    p.n_overrides = 1;
+    CHECK(pl_quantize_file(f16, out, &p) == PL_OK, "F16 + override: %s", pl_last_error());
+    CHECK(pl_inspect_open(out, &f) == PL_OK, "%s", pl_last_error());
+    if (f) {
+        CHECK(!strcmp(type_of(f, "blk.0.ffn_down.weight"), "q8_0") && !strcmp(type_of(f, "blk.0.ffn_up.weight"), "f16"),
+              "F16 mix with a q8_0 override");
+        pl_inspect_close(f);
+    }
+    p.type = "Q8_0";
     pl_quant_override badre = {"(", "q8_0"}, badtype = {"ffn", "q9_9"};
     p.overrides = &badre;
     p.n_overrides = 1;

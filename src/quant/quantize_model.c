@@ -100,10 +100,8 @@ static pl_status fill_cb(void *user, const char *name, void *dst, uint64_t size)
     const int64_t rows = t->src->ne[1] * t->src->ne[2] * t->src->ne[3];
     const pl_quantize_params *p = ctx->p;
     ctx->done++;
-    {
-        q_log(p, "[%4lld/%4lld] %-36s - [%5lld, %5lld], type = %6s, ", (long long)ctx->done, (long long)ctx->total,
-                t->src->name, (long long)ne0, (long long)t->src->ne[1], pl_dtype_name(t->src->dtype));
-    }
+    q_log(p, "[%4lld/%4lld] %-36s - [%5lld, %5lld], type = %6s, ", (long long)ctx->done, (long long)ctx->total,
+          t->src->name, (long long)ne0, (long long)t->src->ne[1], pl_dtype_name(t->src->dtype));
     if (t->mix.target == t->src->dtype) {
         /* same type: the bytes are copied unchanged */
         memcpy(dst, t->src->data, (size_t)size);
