@@ -311,6 +311,165 @@ PL_API pl_status pl_inspect_tensor(const pl_inspect *f, int64_t i, pl_tensor_inf
  * PL_ERR_UNSUPPORTED for a type without one. */
 PL_API pl_status pl_inspect_dequantize(const pl_inspect *f, int64_t i, int64_t row0, int64_t n_rows, float *dst);
 
+/* ---- quantization, fit planning, per-node observer ------------------------
+ * What `pocketllm quantize`, `fit` and `imatrix` do, for any program: the
+ * CLI reaches the engine through these calls only. */
+
+/* A quantization mix (llama.cpp's file type, "Q4_K_M"): a default tensor type
+ * plus llama.cpp's rules that keep sensitive tensors at higher precision. */
+typedef struct pl_quant_mix_info {
+    const char *name;          /* "Q4_K_M" (names are matched case-insensitively) */
+    int32_t ftype;             /* llama.cpp's LLAMA_FTYPE_* (general.file_type) */
+    const char *base_type;     /* GGML name of the default tensor type: "q4_K" */
+    double base_bpw;           /* bits per weight of base_type (the mix's average is higher) */
+    bool needs_imatrix;        /* llama-quantize refuses to make it without one */
+    const char *summary;
+} pl_quant_mix_info;
+/* The mixes pl_quantize_file can make, highest precision first: i in
+ * 0 .. pl_quant_n_mixes()-1 (PL_ERR_INVALID_ARG outside). */
+PL_API int32_t pl_quant_n_mixes(void);
+PL_API pl_status pl_quant_mix(int32_t i, pl_quant_mix_info *out);
+PL_API pl_status pl_quant_mix_find(const char *name, pl_quant_mix_info *out);
+
+/* A tensor type a per-tensor override may name ("q8_0", "q4_K", "f16"...). */
+typedef struct pl_quant_type_info {
+    const char *name;          /* GGML's name */
+    int32_t type;              /* GGML type id */
+    int64_t block_size;        /* elements per block; a row must be a multiple */
+    double bpw;                /* bits per weight */
+    bool needs_imatrix;        /* the IQ1/IQ2 codebooks */
+} pl_quant_type_info;
+PL_API int32_t pl_quant_n_types(void);
+PL_API pl_status pl_quant_type(int32_t i, pl_quant_type_info *out);
+
+/* llama-quantize's --tensor-type PATTERN=TYPE: every tensor the mix would
+ * quantize whose name contains a match of pattern (POSIX extended regex) gets
+ * type instead; the last matching override wins. Unlike llama-quantize they
+ * apply to the float mixes (F16, BF16, F32) too. A type whose blocks do not
+ * divide a matched tensor's rows is PL_ERR_INVALID_ARG (no silent fallback). */
+typedef struct pl_quant_override {
+    const char *pattern;
+    const char *type;          /* a pl_quant_type name */
+} pl_quant_override;
+
+typedef struct pl_quantize_stats {
+    uint64_t n_elements;            /* of all tensors */
+    uint64_t bytes_in, bytes_out;   /* tensor data, input and output */
+    uint64_t file_size;             /* of the output file */
+    int32_t n_tensors, n_quantized, n_fallback;
+} pl_quantize_stats;
+
+typedef struct pl_quantize_params {
+    const char *type;               /* a mix name: "Q4_K_M", "IQ2_XXS", ... */
+    const char *imatrix_path;       /* NULL: none (the IQ1/IQ2 mixes then fail) */
+    const pl_quant_override *overrides;
+    int32_t n_overrides;
+    int n_threads;                  /* 0: all cores */
+    /* Progress text as llama-quantize prints it (pieces of lines); NULL: silent. */
+    void (*log)(void *user, const char *text);
+    void *log_user;
+    pl_quantize_stats *stats;       /* receives the totals on success; may be NULL */
+} pl_quantize_params;
+PL_API pl_quantize_params pl_quantize_default_params(void);
+/* Writes in_path requantized with llama-quantize's mixes and quantizers:
+ * byte-identical to llama-quantize's output where our quantizers are. The
+ * input (f32/f16/bf16, or quantized: dequantized first) stays mapped: out_path
+ * must be another file. A mix that needs an importance matrix without one is
+ * PL_ERR_INVALID_ARG; a bad override pattern or type too. */
+PL_API pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_quantize_params *p);
+
+/* Fit planning: where a model stands on the quantization ladder
+ *     (as is) > Q8_0 > Q6_K > Q4_K_M > Q2_K > IQ2_XS > IQ2_XXS > IQ1_M > IQ1_S
+ *             > TQ2_0 > TQ1_0
+ * for one device and budget. Each rung is planned with pl_model_load's own
+ * planner (weights at the rung's mix + KV cache + scratch), without
+ * quantizing anything; the chosen rung is the highest that fits. */
+typedef struct pl_fit_params {
+    const char *device;        /* NULL = "cpu" */
+    int n_ctx;                 /* 0 = as pl_model_load: min(trained, 4096) */
+    int n_threads;             /* 0 = all cores (the work memory depends on it) */
+    uint64_t budget;           /* bytes; 0 = the device's free memory */
+} pl_fit_params;
+
+/* Why the plan is what it is (stable values). */
+typedef enum pl_fit_reason {
+    PL_FIT_AS_IS = 0,              /* the model fits unchanged */
+    PL_FIT_QUANTIZE = 1,           /* a lower rung fits: quantize to it */
+    PL_FIT_QUANTIZE_IMATRIX = 2,   /* likewise, and that rung needs an importance matrix */
+    PL_FIT_NONE_FITS = 3,          /* not even the lowest rung fits the budget */
+    PL_FIT_CANNOT_RUN = 4,         /* this device cannot run the model at all (rung 0's error) */
+} pl_fit_reason;
+
+typedef struct pl_fit_result pl_fit_result;
+typedef struct pl_fit_rung_info {
+    const char *name;          /* "Q4_K_M", or the file's own type for rung 0 */
+    int32_t ftype;             /* llama.cpp file type; -1 if unknown */
+    bool as_is;                /* rung 0: the model unchanged */
+    bool needs_imatrix;
+    bool fits;
+    pl_status status;          /* PL_OK, or why this rung cannot be planned here */
+    const char *error;         /* the message for status ("" when PL_OK) */
+    pl_memory_plan plan;       /* bytes on the device */
+    uint64_t n_params;         /* elements of the weights */
+    double bpw;                /* weight bits per element */
+} pl_fit_rung_info;
+
+PL_API pl_fit_params pl_fit_default_params(void);
+/* Plans every rung of a model file. */
+PL_API pl_status pl_fit(const char *model_path, const pl_fit_params *p, pl_fit_result **out);
+/* Plans a Qwen3 release shape ("0.6b", "1.7b", "4b", "8b", bf16) without
+ * weights; the tokenizer comes from vocab_path (a vocab-only GGUF). */
+PL_API pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit_params *p,
+                               pl_fit_result **out);
+PL_API void pl_fit_free(pl_fit_result *r);
+/* Strings are valid until pl_fit_free. */
+PL_API const char *pl_fit_model(const pl_fit_result *r);      /* file name or preset label */
+PL_API const char *pl_fit_device(const pl_fit_result *r);
+PL_API int32_t pl_fit_n_ctx(const pl_fit_result *r);
+PL_API uint64_t pl_fit_budget(const pl_fit_result *r);
+PL_API bool pl_fit_budget_is_free_memory(const pl_fit_result *r);  /* taken from the device */
+PL_API int32_t pl_fit_n_rungs(const pl_fit_result *r);
+PL_API pl_status pl_fit_rung(const pl_fit_result *r, int32_t i, pl_fit_rung_info *out);
+PL_API int32_t pl_fit_chosen(const pl_fit_result *r);          /* -1: none fits */
+PL_API pl_fit_reason pl_fit_reason_of(const pl_fit_result *r);
+/* Free memory of a device: cpu/ref: MemAvailable; a GPU: its free memory
+ * less the loader's headroom. PL_ERR_UNSUPPORTED where it cannot be known. */
+PL_API pl_status pl_device_free_memory(const char *device, uint64_t *out);
+
+/* A per-node observer (llama.cpp's eval callback, read-only): called on the
+ * forward pass's thread after each graph node has run. For a matrix
+ * multiplication, weight names the weight tensor and input points at its
+ * input activations: f32, ne[0] columns (the weight's row length) by ne[1]
+ * rows (tokens) by ne[2] by ne[3], row (i1,i2,i3) at byte offset
+ * i1*nb[1] + i2*nb[2] + i3*nb[3]. The pointers are valid during the call
+ * only. Host backends only: a forward pass on a device backend with an
+ * observer set fails with PL_ERR_UNSUPPORTED. */
+typedef struct pl_node_info {
+    const char *op;            /* "matmul", "rms_norm", ... */
+    const char *name;          /* the node's output tensor */
+    const char *weight;        /* matmul: the weight's name; else NULL */
+    const float *input;        /* matmul: its f32 input; else NULL */
+    int64_t ne[4];             /* matmul: the input's shape; else the output's */
+    size_t nb[4];              /* byte strides of the same */
+} pl_node_info;
+typedef void (*pl_node_observer)(void *user, const pl_node_info *node);
+/* Sets (fn NULL: clears) the model's observer. PL_ERR_INVALID_ARG for a
+ * vocab-only model. */
+PL_API pl_status pl_model_set_observer(pl_model *model, pl_node_observer fn, void *user);
+
+/* Writes an importance matrix in llama.cpp's GGUF imatrix format (what
+ * llama-imatrix writes, pl_quantize_params.imatrix_path reads). Entries are
+ * written sorted by name; sums: n_cols * n_mat floats (sum of x^2 per input
+ * column), counts: n_mat floats (tokens summed). */
+typedef struct pl_imatrix_entry {
+    const char *name;          /* the weight: "blk.0.attn_q.weight" */
+    int64_t n_cols, n_mat;
+    const float *sums;
+    const float *counts;
+} pl_imatrix_entry;
+PL_API pl_status pl_imatrix_write(const char *path, const char *dataset, uint32_t chunk_count,
+                                  uint32_t chunk_size, const pl_imatrix_entry *entries, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,7 +19,6 @@
  */
 #include "testutil.h"
 #include "pocketllm.h"
-#include "quant/quantize_model.h"
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -152,8 +151,10 @@ int main(void) {
         snprintf(name, sizeof name, "tiny-qwen3-%s", types[i]);
         snprintf(path, sizeof path, "%s/%s.gguf", dir, name);
         for (size_t k = 0; k <= strlen(types[i]); k++) ftype[k] = (char)(types[i][k] >= 'a' && types[i][k] <= 'z' ? types[i][k] - 32 : types[i][k]);
-        pl_quantize_params qp = {ftype, NULL, 2, NULL};
-        pl_status st = pl_quantize_file(pl_fixture("models/tiny-qwen3-f16.gguf"), path, &qp, NULL);
+        pl_quantize_params qp = pl_quantize_default_params();
+        qp.type = ftype;
+        qp.n_threads = 2;
+        pl_status st = pl_quantize_file(pl_fixture("models/tiny-qwen3-f16.gguf"), path, &qp);
         CHECK(st == PL_OK, "quantize to %s: %s", ftype, pl_last_error());
         if (st == PL_OK) {
             run_model(name, path, "ref", STEP_TOL);

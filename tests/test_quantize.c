@@ -7,7 +7,7 @@
  *  - an importance matrix lowers the error it weights (and no imatrix lowers
  *    the plain error);
  *  - the per-tensor mixes follow llama.cpp's rules on Qwen3 shapes;
- *  - imatrix files round-trip; byte counts parse.
+ *  - imatrix files round-trip (byte counts: test_tools_api.c).
  */
 #include "testutil.h"
 #include "gguf/gguf.h"
@@ -15,7 +15,6 @@
 #include "quant/quant.h"
 #include "quant/quantize_mix.h"
 #include "quant/quantize_rows.h"
-#include "engine/fit.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,17 +253,6 @@ static void test_imatrix_roundtrip(pl_imatrix *im) {
     CHECK(pl_imatrix_load(pl_fixture("models/tiny-qwen3-f16.gguf"), &bad) == PL_ERR_FORMAT && !bad, "a model is no imatrix");
 }
 
-static void test_bytes(void) {
-    uint64_t v = 0;
-    CHECK(pl_parse_bytes("4G", &v) && v == 4ull << 30, "4G");
-    CHECK(pl_parse_bytes("4GiB", &v) && v == 4ull << 30, "4GiB");
-    CHECK(pl_parse_bytes("4GB", &v) && v == 4000000000ull, "4GB");
-    CHECK(pl_parse_bytes("1.5M", &v) && v == 1572864, "1.5M");
-    CHECK(pl_parse_bytes("123", &v) && v == 123, "123");
-    CHECK(!pl_parse_bytes("4X", &v) && !pl_parse_bytes("", &v) && !pl_parse_bytes("-1G", &v) && !pl_parse_bytes("G", &v),
-          "bad byte counts rejected");
-}
-
 int main(void) {
     pl_gguf *f16 = NULL, *f32 = NULL;
     pl_imatrix *im = NULL;
@@ -277,7 +265,6 @@ int main(void) {
         test_imatrix_roundtrip(im);
     }
     test_mix_rules();
-    test_bytes();
     pl_imatrix_free(im);
     pl_gguf_close(f16);
     pl_gguf_close(f32);

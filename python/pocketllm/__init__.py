@@ -8,18 +8,21 @@
 
 Modules: pocketllm.native (the ctypes bridge to libpocketllm),
 pocketllm.gguf (a pure-numpy GGUF reader), pocketllm.chat (chat templates),
+pocketllm.quant (quantize, fit planning, the quantization types),
 pocketllm.errors (the exception hierarchy).
 """
 from .errors import (ChatTemplateError, ContextFullError, DoesNotFitError, FileIOError, FormatError,
                      InternalError, InvalidArgumentError, LibraryNotFoundError, NotFoundError, OutOfMemoryError,
                      PocketLLMError, UnsupportedError)
 from .model import Completion, Model, Sampler, Session, Stream, Usage
+from .quant import fit, quant_types, quantize, tensor_types
 from . import gguf
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Model", "Session", "Sampler", "Completion", "Usage", "Stream", "gguf", "library_version",
+    "quantize", "fit", "quant_types", "tensor_types",
     "PocketLLMError", "InvalidArgumentError", "FileIOError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "NotFoundError", "ContextFullError", "DoesNotFitError", "InternalError",
     "LibraryNotFoundError", "ChatTemplateError",

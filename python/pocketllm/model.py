@@ -339,6 +339,15 @@ class Model:
     def memory_plan(self) -> dict:
         return self.info["memory_plan"]
 
+    def fit(self, memory: int | None = None, *, device: str | None = None, ctx: int | None = None) -> dict:
+        """Where this model's file stands on the quantization ladder for a
+        budget (pocketllm.fit): by default on this model's device, context
+        length and threads; memory None = the device's free memory."""
+        from .quant import fit
+        info = self.info
+        return fit(self.path, device=device or info["device"], memory=memory, n_ctx=ctx or info["n_ctx"],
+                   threads=info["n_threads"])
+
     def meta_str(self, key: str) -> str | None:
         """A string metadata value of the file (None if absent or not a string)."""
         return native.model_meta_str(self._handle, key)

@@ -14,8 +14,6 @@
 #include "core/status.h"
 #include "gguf/gguf.h"
 #include "quant/quantize_mix.h"
-#include <ctype.h>
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,7 +71,7 @@ static pl_dtype retype_lookup(void *user, const pl_gguf_tensor *t) {
     return t->dtype;
 }
 
-static void plan_one(pl_gguf *g, const pl_model_params *mp, retype_map *map, uint64_t n_params, pl_fit_rung *r) {
+static void plan_one(pl_gguf *g, const pl_model_params *mp, retype_map *map, uint64_t n_params, pl_fit_rung_rec *r) {
     pl_error_clear();
     r->status = pl_model_plan_gguf(g, mp, map ? retype_lookup : NULL, map, &r->plan);
     if (r->status != PL_OK) snprintf(r->error, sizeof r->error, "%s", pl_last_error());
@@ -110,7 +108,7 @@ static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params
 
     const int src = source_ftype(g);
     const pl_ftype_info *sft = pl_ftype_by_id(src);
-    pl_fit_rung *r = &out->rungs[out->n_rungs++];
+    pl_fit_rung_rec *r = &out->rungs[out->n_rungs++];
     snprintf(r->name, sizeof r->name, "%s", sft ? sft->name : "as-is");
     r->ftype = src;
     r->as_is = true;
@@ -178,7 +176,7 @@ static int ctx_of(const pl_gguf *g, int n_ctx) {
     return (int)(v < 4096 && v > 0 ? v : 4096);
 }
 
-pl_status pl_fit_file(const char *path, const pl_fit_params *p, pl_fit_result *out) {
+pl_status pl_fit_plan_file(const char *path, const pl_fit_params *p, pl_fit_result *out) {
     uint64_t budget;
     bool from_device;
     PL_TRY(budget_of(p, &budget, &from_device));
@@ -254,12 +252,12 @@ typedef struct syn_tensor {
     pl_dtype dt;
 } syn_tensor;
 
-pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out) {
+pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out) {
     const qwen3_shape *s = NULL;
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
         if (!strcasecmp(preset, k_presets[i].name)) s = &k_presets[i];
     if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (0.6b, 1.7b, 4b, 8b)", preset);
-    if (!vocab_path) return pl_errorf(PL_ERR_INVALID_ARG, "a preset needs --vocab VOCAB.gguf (the tokenizer)");
+    if (!vocab_path) return pl_errorf(PL_ERR_INVALID_ARG, "a preset needs a vocabulary file (a vocab-only GGUF: the tokenizer)");
     uint64_t budget;
     bool from_device;
     PL_TRY(budget_of(p, &budget, &from_device));
@@ -383,7 +381,7 @@ pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit
     return st;
 }
 
-/* ---- device memory, byte counts, advice --------------------------------------------*/
+/* ---- device memory --------------------------------------------*/
 
 pl_status pl_device_free_memory(const char *device, uint64_t *out) {
     const char *d = device && *device ? device : "cpu";
@@ -405,9 +403,9 @@ pl_status pl_device_free_memory(const char *device, uint64_t *out) {
         return st;
     }
     if (strcmp(d, "cpu") && strcmp(d, "ref"))
-        return pl_errorf(PL_ERR_UNSUPPORTED, "the free memory of device '%s' is unknown: give a budget (--memory BYTES)", d);
+        return pl_errorf(PL_ERR_UNSUPPORTED, "the free memory of device '%s' is unknown: give a budget", d);
     FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return pl_errorf(PL_ERR_IO, "cannot read /proc/meminfo: give a budget (--memory BYTES)");
+    if (!f) return pl_errorf(PL_ERR_IO, "cannot read /proc/meminfo: give a budget");
     char line[256];
     unsigned long long kb = 0;
     bool found = false;
@@ -417,88 +415,7 @@ pl_status pl_device_free_memory(const char *device, uint64_t *out) {
             break;
         }
     fclose(f);
-    if (!found) return pl_errorf(PL_ERR_IO, "/proc/meminfo has no MemAvailable: give a budget (--memory BYTES)");
+    if (!found) return pl_errorf(PL_ERR_IO, "/proc/meminfo has no MemAvailable: give a budget");
     *out = (uint64_t)kb * 1024;
-    return PL_OK;
-}
-
-bool pl_parse_bytes(const char *s, uint64_t *out) {
-    if (!s || !*s) return false;
-    errno = 0;
-    char *end;
-    const double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0) || !isfinite(v)) return false;
-    double mul = 1;
-    char u[8] = {0};
-    size_t k = 0;
-    for (; *end && k < sizeof u - 1; end++) u[k++] = (char)toupper((unsigned char)*end);
-    if (*end) return false;
-    if (!k || !strcmp(u, "B")) mul = 1;
-    else {
-        const char *units = "KMGT";
-        const char *pu = strchr(units, u[0]);
-        if (!pu || !u[0]) return false;
-        const int e = (int)(pu - units) + 1;
-        const char *rest = u + 1;
-        if (!*rest || !strcmp(rest, "IB")) mul = pow(1024.0, e);
-        else if (!strcmp(rest, "B")) mul = pow(1000.0, e);
-        else return false;
-    }
-    const double bytes = v * mul;
-    if (bytes >= 1.8e19) return false;
-    *out = (uint64_t)llround(bytes);
-    return true;
-}
-
-void pl_fit_advice(const char *model_path, const pl_model_params *mp, char *buf, size_t cap) {
-    if (!cap) return;
-    buf[0] = 0;
-    pl_fit_params fp = {mp->device, mp->n_ctx, mp->n_threads, mp->memory_budget};
-    pl_fit_result *r = calloc(1, sizeof *r);
-    if (!r) return;
-    /* keep the caller's error message: pl_last_error names the original failure */
-    if (pl_fit_file(model_path, &fp, r) != PL_OK || r->rungs[0].status != PL_OK) {
-        free(r);
-        return;
-    }
-    const double mib = 1048576.0;
-    const pl_fit_rung *src = &r->rungs[0];
-    int n = snprintf(buf, cap, "%s (%s) needs %.1f MiB on device '%s' with a %d-token context; the budget is %.1f MiB.",
-                     r->model, src->name, src->plan.total / mib, r->device, r->n_ctx, r->budget / mib);
-    if (n < 0 || (size_t)n >= cap) goto done;
-    if (r->chosen < 0) {
-        snprintf(buf + n, cap - (size_t)n,
-                 " No rung of the quantization ladder fits (the smallest, %s, needs %.1f MiB): use a device with more "
-                 "memory or a shorter context (--ctx).",
-                 r->rungs[r->n_rungs - 1].name, r->rungs[r->n_rungs - 1].plan.total / mib);
-    } else if (r->chosen == 0) {
-        snprintf(buf + n, cap - (size_t)n, " It should fit as is (see 'pocketllm fit').");
-    } else {
-        const pl_fit_rung *c = &r->rungs[r->chosen];
-        char out_name[256];
-        snprintf(out_name, sizeof out_name, "%s", model_path);
-        char *dot = strrchr(out_name, '.');
-        if (dot && !strcmp(dot, ".gguf")) *dot = 0;
-        if (c->needs_imatrix)
-            snprintf(buf + n, cap - (size_t)n,
-                     " 'pocketllm fit' picks %s (%.1f MiB, %.2f bits per weight). Make it with:\n"
-                     "  pocketllm imatrix --model %s --file CALIBRATION.txt -o imatrix.gguf\n"
-                     "  pocketllm quantize %s %s-%s.gguf %s --imatrix imatrix.gguf",
-                     c->name, c->plan.total / mib, c->bpw, model_path, model_path, out_name, c->name, c->name);
-        else
-            snprintf(buf + n, cap - (size_t)n,
-                     " 'pocketllm fit' picks %s (%.1f MiB, %.2f bits per weight). Make it with:\n"
-                     "  pocketllm quantize %s %s-%s.gguf %s",
-                     c->name, c->plan.total / mib, c->bpw, model_path, out_name, c->name, c->name);
-    }
-done:
-    free(r);
-}
-
-pl_status pl_fit_parse_budget(const char *s, const char *device, uint64_t *out) {
-    if (s && !strcmp(s, "auto")) return pl_device_free_memory(device, out);
-    if (!pl_parse_bytes(s, out) || *out == 0)
-        return pl_errorf(PL_ERR_INVALID_ARG, "'%s' is not a byte count (e.g. 4G, 4GiB, 4GB, 4294967296) or 'auto'",
-                         s ? s : "");
     return PL_OK;
 }

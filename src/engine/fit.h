@@ -31,7 +31,7 @@
 
 #define PL_FIT_MAX_RUNGS 24
 
-typedef struct pl_fit_rung {
+typedef struct pl_fit_rung_rec {
     char name[16];           /* "Q4_K_M", or the file's own type for the first rung */
     int ftype;               /* llama.cpp file type (general.file_type) */
     bool as_is;              /* the model unchanged */
@@ -42,7 +42,7 @@ typedef struct pl_fit_rung {
     uint64_t n_params;       /* elements of the weights */
     double bpw;              /* weight bits per element */
     bool fits;
-} pl_fit_rung;
+} pl_fit_rung_rec;
 
 typedef struct pl_fit_result {
     char model[128];         /* file name or preset */
@@ -51,45 +51,21 @@ typedef struct pl_fit_result {
     uint64_t budget;
     bool budget_is_free_memory;   /* taken from the device, not given */
     int n_rungs;
-    pl_fit_rung rungs[PL_FIT_MAX_RUNGS];
+    pl_fit_rung_rec rungs[PL_FIT_MAX_RUNGS];
     int chosen;              /* the highest rung that fits; -1: none */
 } pl_fit_result;
-
-typedef struct pl_fit_params {
-    const char *device;      /* NULL = "cpu" */
-    int n_ctx;               /* 0 = as pl_model_load: min(trained, 4096) */
-    int n_threads;           /* 0 = all cores (the work memory depends on it) */
-    uint64_t budget;         /* bytes; 0 = the device's free memory */
-} pl_fit_params;
 
 /* The ladder's rung names below "as is", top first. */
 const char *const *pl_fit_ladder(int *n);
 
-/* Plans every rung of a model file. */
-pl_status pl_fit_file(const char *path, const pl_fit_params *p, pl_fit_result *out);
+/* Plans every rung of a model file into *out (pl_fit in pocketllm.h). */
+pl_status pl_fit_plan_file(const char *path, const pl_fit_params *p, pl_fit_result *out);
 /* Plans every rung of a Qwen3 release shape ("0.6b", "1.7b", "4b", "8b", as
  * released in bf16) without any weights: the tensor table is synthesized and
  * the tokenizer metadata is taken from vocab_path (a vocab-only GGUF). */
-pl_status pl_fit_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out);
+pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out);
 
-/* Free memory of a device: for cpu/ref, MemAvailable from /proc/meminfo;
- * for a device backend (cuda), its mem_info's free bytes less
- * PL_DEVICE_HEADROOM (engine/model.h). PL_ERR_UNSUPPORTED where it cannot
- * be known (pass a budget instead). */
-pl_status pl_device_free_memory(const char *device, uint64_t *out);
-
-/* Parses a byte count: "123", "1.5e9", "512M", "8G"/"8GiB" (powers of 1024),
- * "8GB" (powers of 1000). */
-bool pl_parse_bytes(const char *s, uint64_t *out);
-
-/* A --memory value: a byte count as above, or "auto" (the device's free
- * memory). */
-pl_status pl_fit_parse_budget(const char *s, const char *device, uint64_t *out);
-
-/* A one-paragraph message for a model that did not fit (run/bench use it
- * after PL_ERR_DOES_NOT_FIT): what it needs, the rung the ladder picks for
- * this budget and the command that makes it. Always writes a NUL-terminated
- * string. */
-void pl_fit_advice(const char *model_path, const pl_model_params *mp, char *buf, size_t cap);
+/* Budget parsing ("4G", "auto") and the advice printed after
+ * PL_ERR_DOES_NOT_FIT are presentation: they live in tools/pocketllm/cli_fit.c. */
 
 #endif

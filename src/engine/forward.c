@@ -26,12 +26,13 @@ static pl_status run_chunk(pl_model *m, const pl_batch *b, int start, int n, flo
     PL_TRY(pl_model_build_graph(m, &m->graph, n, n_out, &logits));
     PL_TRY(pl_graph_apply_plan(&m->graph, &m->planned, m->scratch, m->scratch_size));
     if (m->dev) {
-        /* A per-node observer (imatrix) reads activations on the host; on a
-         * device they are device pointers. Refuse instead of crashing. */
+        /* A per-node observer (pl_model_set_observer) reads activations on
+         * the host; on a device they are device pointers. Refuse instead of
+         * crashing. */
         if (m->ctx->on_node)
             return pl_errorf(PL_ERR_UNSUPPORTED,
-                             "a per-node observer (imatrix) reads activations on the host and cannot run on device "
-                             "'%s': use --device cpu",
+                             "a per-node observer reads activations on the host and cannot run on device '%s' "
+                             "(use the cpu device)",
                              m->backend->name);
         /* ids | pos | seq | out in one copy (the graph's inputs point at inputs_dev) */
         PL_TRY(m->dev->upload(m->ctx, m->inputs_dev, m->in_ids, 4 * (size_t)m->n_batch * sizeof(int32_t)));

@@ -277,8 +277,7 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
         if (st == PL_OK && m->plan.total + headroom > free_b)
             st = pl_errorf(PL_ERR_DOES_NOT_FIT,
                            "%s needs %.1f MiB on device '%s' (weights %.1f, KV cache %.1f, scratch %.1f, plus %.0f "
-                           "of headroom) but %s has %.1f of %.1f MiB free; use a smaller quantization or context "
-                           "(see 'pocketllm fit')",
+                           "of headroom) but %s has %.1f of %.1f MiB free; use a smaller quantization or context",
                            m->file_name, m->plan.total / 1048576.0, m->backend->name, m->plan.weights / 1048576.0,
                            m->plan.kv_cache / 1048576.0, m->plan.scratch / 1048576.0, headroom / 1048576.0,
                            desc[0] ? desc : m->backend->name, free_b / 1048576.0, total_b / 1048576.0);
@@ -363,13 +362,13 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
     m->arch_name[arch.len] = 0;
     m->arch = pl_arch_find(m->arch_name);
     if (!m->arch)
-        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported (see 'pocketllm architectures')",
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: architecture '%s' is not supported",
                          m->file_name, m->arch_name);
 
     const char *dev = p->device && *p->device ? p->device : "cpu";
     m->backend = pl_backend_find(dev);
     if (!m->backend || !m->backend->ctx_create)
-        return pl_errorf(PL_ERR_UNSUPPORTED, "device '%s' is not available in this build (see 'pocketllm devices')", dev);
+        return pl_errorf(PL_ERR_UNSUPPORTED, "device '%s' is not available in this build", dev);
     m->dev = m->backend->device;
     /* For cuda this loads the module and starts the runtime: without a GPU
      * the load ends here, before any weight is read, with the reason. */

@@ -77,6 +77,10 @@ struct pl_model {
      * pl_model_meta_str (a list, prepended to atomically; freed with the
      * model). */
     struct pl_meta_copy *_Atomic meta_copies;
+    /* pl_model_set_observer's callback (engine/observer_api.c), run through
+     * ctx->on_node. */
+    pl_node_observer observer;
+    void *observer_user;
 };
 
 /* Plans g's model for params exactly as pl_model_load does (the same weight,

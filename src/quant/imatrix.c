@@ -1,13 +1,10 @@
 /*
- * Importance matrices: collection through the executor's node observer, and
- * the GGUF file format of llama.cpp's imatrix tool (see quant/imatrix.h).
- *
- * Sums are kept in float and accumulated row by row, column by column, as
- * llama.cpp's collector does, so the same activations give the same sums.
+ * Importance matrices: the GGUF file format of llama.cpp's imatrix tool (see
+ * quant/imatrix.h). Collection is the caller's, through the public per-node
+ * observer (pl_model_set_observer; tools/pocketllm/imatrix_collect.c).
  */
 #include "quant/imatrix.h"
 #include "core/status.h"
-#include "engine/model.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include <math.h>
@@ -29,8 +26,6 @@ struct pl_imatrix {
     int n, cap;
     char *dataset;
     uint32_t chunk_count, chunk_size;
-    bool process_output;
-    pl_status error;
 };
 
 pl_status pl_imatrix_create(const char *dataset, int chunk_size, pl_imatrix **out) {
@@ -65,8 +60,6 @@ const char *pl_imatrix_entry_name(const pl_imatrix *im, int i) { return i >= 0 &
 uint32_t pl_imatrix_chunk_count(const pl_imatrix *im) { return im->chunk_count; }
 uint32_t pl_imatrix_chunk_size(const pl_imatrix *im) { return im->chunk_size; }
 const char *pl_imatrix_dataset(const pl_imatrix *im) { return im->dataset; }
-void pl_imatrix_add_chunk(pl_imatrix *im) { im->chunk_count++; }
-pl_status pl_imatrix_status(const pl_imatrix *im) { return im->error; }
 
 static im_entry *find_entry(pl_imatrix *im, const char *name) {
     for (int i = 0; i < im->n; i++)
@@ -115,59 +108,6 @@ const float *pl_imatrix_weights(pl_imatrix *im, const char *name, int64_t *n) {
     }
     if (n) *n = e->n_cols * e->n_mat;
     return e->weights;
-}
-
-/* ---- collection ----------------------------------------------------------------*/
-
-static void on_node(void *user, const pl_node *nd) {
-    pl_imatrix *im = user;
-    if (nd->op != PL_OP_MATMUL || im->error != PL_OK) return;
-    const pl_tensor *w = nd->src[0], *x = nd->src[1];
-    /* llama.cpp ignores small batches (< 16 rows) and everything that is not
-     * a repeating-layer weight (or the output projection on request). */
-    if (!x || x->dtype != PL_F32 || x->ne[1] < 16) return;
-    if (strncmp(w->name, "blk.", 4) && !(im->process_output && !strcmp(w->name, "output.weight"))) return;
-    im_entry *e = find_entry(im, w->name);
-    if (!e) {
-        e = add_entry(im, w->name, x->ne[0], 1);
-        if (!e) {
-            im->error = pl_errorf(PL_ERR_NO_MEMORY, "out of memory collecting the importance matrix");
-            return;
-        }
-    } else if (e->n_cols != x->ne[0]) {
-        im->error = pl_errorf(PL_ERR_INTERNAL, "imatrix: inconsistent input size for %s (%lld vs %lld)", w->name,
-                              (long long)e->n_cols, (long long)x->ne[0]);
-        return;
-    }
-    const int64_t rows = x->ne[1] * x->ne[2] * x->ne[3];
-    for (int64_t i3 = 0; i3 < x->ne[3]; i3++)
-        for (int64_t i2 = 0; i2 < x->ne[2]; i2++)
-            for (int64_t r = 0; r < x->ne[1]; r++) {
-                const float *xr = pl_tensor_row(x, r, i2, i3);
-                for (int64_t j = 0; j < x->ne[0]; j++) e->sums[j] += xr[j] * xr[j];
-            }
-    for (int64_t j = 0; j < x->ne[0]; j++)
-        if (!isfinite(e->sums[j])) {
-            im->error = pl_errorf(PL_ERR_INTERNAL, "imatrix: non-finite activation statistics in %s", w->name);
-            return;
-        }
-    e->counts[0] += (float)rows;
-    e->weights_valid = false;
-}
-
-pl_status pl_imatrix_attach(pl_imatrix *im, pl_model *m, bool process_output) {
-    if (!im || !m || !m->ctx) return pl_errorf(PL_ERR_INVALID_ARG, "imatrix: the model has no executor (vocab-only?)");
-    im->process_output = process_output;
-    m->ctx->on_node = on_node;
-    m->ctx->on_node_user = im;
-    return PL_OK;
-}
-
-void pl_imatrix_detach(pl_model *m) {
-    if (m && m->ctx) {
-        m->ctx->on_node = NULL;
-        m->ctx->on_node_user = NULL;
-    }
 }
 
 /* ---- file format -----------------------------------------------------------------*/
@@ -249,27 +189,34 @@ done:
 }
 
 static int cmp_entry(const void *a, const void *b) {
-    return strcmp(((const im_entry *)a)->name, ((const im_entry *)b)->name);
+    return strcmp(((const pl_imatrix_entry *)a)->name, ((const pl_imatrix_entry *)b)->name);
 }
 
-pl_status pl_imatrix_save(const pl_imatrix *im, const char *path) {
+pl_status pl_imatrix_write(const char *path, const char *dataset, uint32_t chunk_count, uint32_t chunk_size,
+                           const pl_imatrix_entry *entries, size_t n) {
+    if (!path || (n && !entries)) return pl_errorf(PL_ERR_INVALID_ARG, "pl_imatrix_write: NULL argument");
+    for (size_t i = 0; i < n; i++) {
+        const pl_imatrix_entry *e = &entries[i];
+        if (!e->name || !e->sums || !e->counts || e->n_cols <= 0 || e->n_mat <= 0 || strlen(e->name) > 140)
+            return pl_errorf(PL_ERR_INVALID_ARG, "pl_imatrix_write: entry %zu is incomplete", i);
+    }
     pl_gguf_writer *w = NULL;
     PL_TRY(pl_gguf_writer_create(&w));
     /* deterministic order, as llama.cpp: sorted by name */
-    im_entry *sorted = malloc((size_t)(im->n ? im->n : 1) * sizeof *sorted);
-    char (*names)[160] = malloc((size_t)(im->n ? im->n : 1) * 2 * sizeof *names);
+    pl_imatrix_entry *sorted = malloc((n ? n : 1) * sizeof *sorted);
+    char (*names)[160] = malloc((n ? n : 1) * 2 * sizeof *names);
     pl_status st = sorted && names ? PL_OK : pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     if (st == PL_OK) {
-        memcpy(sorted, im->e, (size_t)im->n * sizeof *sorted);
-        qsort(sorted, (size_t)im->n, sizeof *sorted, cmp_entry);
-        const char *ds = im->dataset;
+        if (n) memcpy(sorted, entries, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, cmp_entry);
+        const char *ds = dataset ? dataset : "";
         pl_gguf_writer_add_str(w, "general.type", "imatrix");
         st = pl_gguf_writer_add_arr_str(w, "imatrix.datasets", &ds, 1);
     }
-    if (st == PL_OK) st = pl_gguf_writer_add_u32(w, "imatrix.chunk_count", im->chunk_count);
-    if (st == PL_OK) st = pl_gguf_writer_add_u32(w, "imatrix.chunk_size", im->chunk_size);
-    for (int i = 0; i < im->n && st == PL_OK; i++) {
-        const im_entry *e = &sorted[i];
+    if (st == PL_OK) st = pl_gguf_writer_add_u32(w, "imatrix.chunk_count", chunk_count);
+    if (st == PL_OK) st = pl_gguf_writer_add_u32(w, "imatrix.chunk_size", chunk_size);
+    for (size_t i = 0; i < n && st == PL_OK; i++) {
+        const pl_imatrix_entry *e = &sorted[i];
         /* ggml drops trailing dimensions of 1: [n_cols] for a dense weight */
         const uint32_t nd = e->n_mat > 1 ? 2 : 1;
         snprintf(names[2 * i], sizeof names[0], "%s.in_sum2", e->name);
@@ -284,5 +231,15 @@ pl_status pl_imatrix_save(const pl_imatrix *im, const char *path) {
     free(sorted);
     free(names);
     pl_gguf_writer_free(w);
+    return st;
+}
+
+pl_status pl_imatrix_save(const pl_imatrix *im, const char *path) {
+    pl_imatrix_entry *e = malloc((size_t)(im->n ? im->n : 1) * sizeof *e);
+    if (!e) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    for (int i = 0; i < im->n; i++)
+        e[i] = (pl_imatrix_entry){im->e[i].name, im->e[i].n_cols, im->e[i].n_mat, im->e[i].sums, im->e[i].counts};
+    pl_status st = pl_imatrix_write(path, im->dataset, im->chunk_count, im->chunk_size, e, (size_t)im->n);
+    free(e);
     return st;
 }

@@ -13,10 +13,11 @@
  * n_mat is 1 for a dense 2-D weight (experts would have one row each). The
  * quantizers want the per-column mean, sum / count (quant/quantize_rows.h).
  *
- * Collecting: pl_imatrix_attach installs an observer on a loaded model's
- * executor (pl_exec_ctx.on_node) that, after every MATMUL whose weight is a
- * "blk.*" tensor and whose input has at least 16 rows (llama.cpp's rules),
- * adds the squared input activations into the entry of that weight.
+ * Collecting is not the library's: a program installs a per-node observer
+ * (pl_model_set_observer) and sums the squared matmul inputs itself, then
+ * writes them with pl_imatrix_write (pocketllm.h); the CLI's collector is
+ * tools/pocketllm/imatrix_collect.c. This module reads the files (for the
+ * quantizer) and writes them.
  */
 #ifndef PL_QUANT_IMATRIX_H
 #define PL_QUANT_IMATRIX_H
@@ -26,7 +27,7 @@
 
 typedef struct pl_imatrix pl_imatrix;
 
-/* An empty matrix for collection. dataset: the text's name (stored in
+/* An empty matrix. dataset: the text's name (stored in
  * imatrix.datasets); chunk_size: tokens per chunk. */
 pl_status pl_imatrix_create(const char *dataset, int chunk_size, pl_imatrix **out);
 /* Reads a GGUF imatrix file (PL_ERR_FORMAT for anything else, including the
@@ -47,18 +48,7 @@ const char *pl_imatrix_dataset(const pl_imatrix *im);
  * stays valid until the matrix is freed or collects more data. */
 const float *pl_imatrix_weights(pl_imatrix *im, const char *name, int64_t *n);
 
-/* Collection. attach: every forward pass of m adds its matmul inputs;
- * detach: stops (call before freeing the model or the matrix). Set
- * process_output to also collect output.weight (llama.cpp's
- * --process-output). */
-pl_status pl_imatrix_attach(pl_imatrix *im, pl_model *m, bool process_output);
-void pl_imatrix_detach(pl_model *m);
-/* Marks one more chunk of text as processed. */
-void pl_imatrix_add_chunk(pl_imatrix *im);
-/* The first error met while collecting (e.g. a weight seen with two different
- * input sizes), PL_OK if none. */
-pl_status pl_imatrix_status(const pl_imatrix *im);
-
+/* Writes the matrix with pl_imatrix_write. */
 pl_status pl_imatrix_save(const pl_imatrix *im, const char *path);
 
 #endif

@@ -511,7 +511,7 @@ pl_status pl_quantize_rows(pl_dtype t, const float *src, void *dst, int64_t nrow
         return pl_errorf(PL_ERR_INVALID_ARG, "rows of %lld elements cannot be quantized to %s (block size %lld)",
                          (long long)n_per_row, tr->name, (long long)tr->block_size);
     if (!imatrix && pl_quantize_needs_imatrix(t))
-        return pl_errorf(PL_ERR_INVALID_ARG, "type %s needs an importance matrix (--imatrix)", tr->name);
+        return pl_errorf(PL_ERR_INVALID_ARG, "type %s needs an importance matrix", tr->name);
     const size_t row_size = pl_dtype_row_size(t, n_per_row);
     char *out = dst;
     row_w_fn wf = weighted_fn(t);

@@ -12,7 +12,10 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include <math.h>
+#include <regex.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -35,6 +38,17 @@ typedef struct q_ctx {
     const pl_quantize_params *p;
     int64_t done, total;
 } q_ctx;
+
+/* Progress text to the caller's log callback (pieces of lines, as printed). */
+__attribute__((format(printf, 2, 3))) static void q_log(const pl_quantize_params *p, const char *fmt, ...) {
+    if (!p->log) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    p->log(p->log_user, buf);
+}
 
 typedef struct q_job {
     const q_tensor *t;
@@ -84,22 +98,17 @@ static pl_status fill_cb(void *user, const char *name, void *dst, uint64_t size)
     (void)name;
     const int64_t ne0 = t->src->ne[0];
     const int64_t rows = t->src->ne[1] * t->src->ne[2] * t->src->ne[3];
-    FILE *log = ctx->p->log;
+    const pl_quantize_params *p = ctx->p;
     ctx->done++;
-    if (log) {
-        fprintf(log, "[%4lld/%4lld] %-36s - [%5lld, %5lld], type = %6s, ", (long long)ctx->done, (long long)ctx->total,
-                t->src->name, (long long)ne0, (long long)t->src->ne[1], pl_dtype_name(t->src->dtype));
-    }
+    q_log(p, "[%4lld/%4lld] %-36s - [%5lld, %5lld], type = %6s, ", (long long)ctx->done, (long long)ctx->total,
+          t->src->name, (long long)ne0, (long long)t->src->ne[1], pl_dtype_name(t->src->dtype));
     if (t->mix.target == t->src->dtype) {
         /* same type: the bytes are copied unchanged */
         memcpy(dst, t->src->data, (size_t)size);
-        if (log) fprintf(log, "size = %8.3f MiB\n", (double)size / 1048576.0);
+        q_log(p, "size = %8.3f MiB\n", (double)size / 1048576.0);
         return PL_OK;
     }
-    if (log) {
-        fprintf(log, "converting to %s .. ", pl_dtype_name(t->mix.target));
-        fflush(log);
-    }
+    q_log(p, "converting to %s .. ", pl_dtype_name(t->mix.target));
     int64_t rpc = CHUNK_ELEMENTS / ne0;
     if (rpc < 1) rpc = 1;
     if (rpc * ne0 > ctx->buf_elems) rpc = ctx->buf_elems / ne0;
@@ -109,7 +118,7 @@ static pl_status fill_cb(void *user, const char *name, void *dst, uint64_t size)
     if (atomic_load(&job.st) != PL_OK)
         return pl_errorf((pl_status)atomic_load(&job.st), "cannot quantize %s to %s", t->src->name,
                          pl_dtype_name(t->mix.target));
-    if (log) fprintf(log, "size = %8.2f MiB -> %8.2f MiB\n", (double)t->src->size / 1048576.0, (double)size / 1048576.0);
+    q_log(p, "size = %8.2f MiB -> %8.2f MiB\n", (double)t->src->size / 1048576.0, (double)size / 1048576.0);
     return PL_OK;
 }
 
@@ -126,10 +135,52 @@ static pl_status set_str_last(pl_gguf_writer *w, const char *key, const char *v)
     return pl_gguf_writer_add_str(w, key, v);
 }
 
-pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_quantize_params *p,
-                           pl_quantize_stats *stats) {
-    const pl_ftype_info *ft = p && p->ftype ? pl_ftype_find(p->ftype) : NULL;
-    if (!ft) return pl_errorf(PL_ERR_INVALID_ARG, "unknown quantization type '%s'", p && p->ftype ? p->ftype : "");
+/* llama-quantize's --tensor-type: after the mix's rules, a tensor the mix
+ * quantizes whose name matches an override's pattern gets its type (the
+ * last match wins). A type whose blocks do not divide the row length is an
+ * error, not a silent fallback. */
+static pl_status apply_overrides(const pl_quantize_params *p, pl_mix_tensor *mix, int64_t n) {
+    for (int32_t k = 0; k < p->n_overrides; k++) {
+        const pl_quant_override *o = &p->overrides[k];
+        pl_dtype dt;
+        if (!o->pattern || !o->type)
+            return pl_errorf(PL_ERR_INVALID_ARG, "tensor type override %d: pattern and type are required", (int)k);
+        if (!pl_dtype_from_name(o->type, &dt) || (dt != PL_F32 && dt != PL_F16 && dt != PL_BF16 &&
+                                                 !pl_quantize_rows_supported(dt)))
+            return pl_errorf(PL_ERR_INVALID_ARG, "tensor type override '%s': cannot quantize to type '%s'", o->pattern,
+                             o->type);
+        regex_t re;
+        if (regcomp(&re, o->pattern, REG_EXTENDED | REG_NOSUB))
+            return pl_errorf(PL_ERR_INVALID_ARG, "tensor type override: bad regular expression '%s'", o->pattern);
+        pl_status st = PL_OK;
+        for (int64_t i = 0; i < n && st == PL_OK; i++) {
+            if (!pl_mix_allows_quantization(mix[i].name, mix[i].n_dims)) continue;
+            if (regexec(&re, mix[i].name, 0, NULL, 0)) continue;
+            if (!pl_dtype_row_size(dt, mix[i].ne[0]))
+                st = pl_errorf(PL_ERR_INVALID_ARG, "tensor type override '%s': %s has rows of %lld, not a multiple of %s's blocks",
+                               o->pattern, mix[i].name, (long long)mix[i].ne[0], pl_dtype_name(dt));
+            mix[i].target = dt;
+            mix[i].fallback = false;
+        }
+        regfree(&re);
+        if (st != PL_OK) return st;
+    }
+    return PL_OK;
+}
+
+pl_quantize_params pl_quantize_default_params(void) {
+    pl_quantize_params p;
+    memset(&p, 0, sizeof p);
+    p.type = "Q8_0";
+    return p;
+}
+
+pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_quantize_params *p) {
+    if (!in_path || !out_path || !p) return pl_errorf(PL_ERR_INVALID_ARG, "pl_quantize_file: NULL argument");
+    const pl_ftype_info *ft = p->type ? pl_ftype_find(p->type) : NULL;
+    if (!ft) return pl_errorf(PL_ERR_INVALID_ARG, "unknown quantization type '%s'", p->type ? p->type : "");
+    if (p->n_overrides < 0 || (p->n_overrides && !p->overrides))
+        return pl_errorf(PL_ERR_INVALID_ARG, "pl_quantize_file: bad overrides");
     pl_gguf *g = NULL;
     pl_imatrix *im = NULL;
     pl_gguf_writer *w = NULL;
@@ -176,6 +227,11 @@ pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_q
     }
     qsort(mix, (size_t)n, sizeof *mix, pl_mix_compare);
     pl_mix_plan(ft, &mm, im != NULL, mix, n);
+    st = apply_overrides(p, mix, n);
+    if (st != PL_OK) {
+        free(mix);
+        goto done;
+    }
     for (int64_t i = 0; i < n; i++) {
         ts[i].src = pl_gguf_find_tensor(g, mix[i].name);
         ts[i].mix = mix[i];
@@ -206,7 +262,7 @@ pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_q
         }
         if (st == PL_OK && !t->imatrix && pl_mix_requires_imatrix(t->src->name, tgt))
             st = pl_errorf(PL_ERR_INVALID_ARG,
-                           "%s needs an importance matrix for tensor %s (type %s): pass --imatrix (see 'pocketllm imatrix')",
+                           "%s needs an importance matrix for tensor %s (type %s)",
                            ft->name, t->src->name, pl_dtype_name(tgt));
     }
     if (st != PL_OK) goto done;
@@ -268,12 +324,12 @@ pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_q
     s.n_tensors = (int)n;
     if (st == PL_OK) st = pl_gguf_writer_write_file(w, out_path);
     if (st == PL_OK) pl_gguf_writer_file_size(w, &s.file_size);
-    if (st == PL_OK && p->log) {
-        fprintf(p->log, "model size  = %8.2f MiB (%.2f BPW)\n", s.bytes_in / 1048576.0, s.bytes_in * 8.0 / (double)s.n_elements);
-        fprintf(p->log, "quant size  = %8.2f MiB (%.2f BPW)\n", s.bytes_out / 1048576.0, s.bytes_out * 8.0 / (double)s.n_elements);
-        if (s.n_fallback) fprintf(p->log, "%d of %d tensor(s) required fallback quantization\n", s.n_fallback, s.n_tensors);
+    if (st == PL_OK) {
+        q_log(p, "model size  = %8.2f MiB (%.2f BPW)\n", s.bytes_in / 1048576.0, s.bytes_in * 8.0 / (double)s.n_elements);
+        q_log(p, "quant size  = %8.2f MiB (%.2f BPW)\n", s.bytes_out / 1048576.0, s.bytes_out * 8.0 / (double)s.n_elements);
+        if (s.n_fallback) q_log(p, "%d of %d tensor(s) required fallback quantization\n", s.n_fallback, s.n_tensors);
     }
-    if (stats) *stats = s;
+    if (st == PL_OK && p->stats) *p->stats = s;
 done:
     if (ctx.bufs)
         for (int i = 0; ctx.pool && i < pl_threadpool_size(ctx.pool); i++) free(ctx.bufs[i]);

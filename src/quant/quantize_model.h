@@ -13,25 +13,11 @@
 #define PL_QUANT_QUANTIZE_MODEL_H
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
 #include "pocketllm.h"
 
-typedef struct pl_quantize_params {
-    const char *ftype;          /* a pl_ftype_info name: "Q4_K_M", "IQ2_XXS", ... */
-    const char *imatrix_path;   /* NULL: none (the IQ1/IQ2 types then fail) */
-    int n_threads;              /* 0: all cores */
-    FILE *log;                  /* per-tensor progress lines; NULL: silent */
-} pl_quantize_params;
-
-typedef struct pl_quantize_stats {
-    uint64_t n_elements;        /* of all tensors */
-    uint64_t bytes_in, bytes_out;  /* tensor data, input and output */
-    uint64_t file_size;         /* of the output file */
-    int n_tensors, n_quantized, n_fallback;
-} pl_quantize_stats;
-
-/* Quantizes in_path into out_path. stats may be NULL. */
-pl_status pl_quantize_file(const char *in_path, const char *out_path, const pl_quantize_params *p,
-                           pl_quantize_stats *stats);
+/* pl_quantize_file (include/pocketllm.h) is implemented in
+ * quant/quantize_model.c: the public params and stats are the whole
+ * interface. Per-tensor overrides (pl_quant_override) are applied after the
+ * mix's rules, as llama-quantize's --tensor-type does. */
 
 #endif

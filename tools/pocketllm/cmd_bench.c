@@ -14,7 +14,7 @@
  */
 #include "cli.h"
 #include "pocketllm.h"
-#include "engine/fit.h"
+#include "cli_fit.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,15 +104,16 @@ static int cmd_bench(int argc, char **argv) {
     /* each test starts at position depth */
     mp.n_ctx = (int)(depth + (p > n ? p : n) > 0 ? depth + (p > n ? p : n) : 512);
     mp.n_batch = (int)(p > 0 ? p : depth > 0 ? (depth < 512 ? depth : 512) : 1);
-    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK)
-        return pl_cli_error("bench: bad --memory: %s", pl_last_error());
+    char budget_msg[512];
+    if (memory && pl_cli_parse_budget(memory, device, &mp.memory_budget, budget_msg, sizeof budget_msg) != PL_OK)
+        return pl_cli_error("bench: bad --memory: %s", budget_msg);
     pl_model *m = NULL;
     pl_status lst = pl_model_load(model_path, &mp, &m);
     if (lst != PL_OK) {
         pl_cli_error("%s", pl_last_error());
         if (lst == PL_ERR_DOES_NOT_FIT) { /* name the rung that would fit, and how to make it */
             char advice[2048];
-            pl_fit_advice(model_path, &mp, advice, sizeof advice);
+            pl_cli_fit_advice(model_path, &mp, advice, sizeof advice);
             if (*advice) fprintf(stderr, "%s\n", advice);
         }
         return 1;

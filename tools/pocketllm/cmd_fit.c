@@ -1,6 +1,6 @@
 /*
  * pocketllm fit: where a model stands on the quantization ladder for one
- * device and budget (engine/fit.h): for every rung the bytes it needs (weights
+ * device and budget (pl_fit, pocketllm.h): for every rung the bytes it needs (weights
  * at the rung's mix + KV cache + scratch, from the loader's planner), whether
  * it fits, and the plan -- the highest-precision rung that fits.
  *
@@ -12,8 +12,8 @@
  * only lose more precision, so no rung both fits and answers correctly.
  */
 #include "cli.h"
-#include "engine/fit.h"
-#include "quant/quantize_model.h"
+#include "cli_fit.h"
+#include "pocketllm.h"
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 enum { CHECK_NONE = 0, CHECK_PASS, CHECK_FAIL, CHECK_SKIP };
+enum { MAX_RUNGS = 32 };   /* more than the ladder has */
 
 typedef struct fit_case {
     char *prompt, *expect;
@@ -161,13 +162,15 @@ static int run_cases(const char *path, const pl_model_params *mp, const fit_case
     return result;
 }
 
-static void print_text(const pl_fit_result *r, const int *check, char (*why)[256], int plan, bool checked) {
+static void print_text(const pl_fit_result *r, const pl_fit_rung_info *rungs, const int *check, char (*why)[256],
+                       int plan, bool checked) {
     const double mib = 1048576.0;
-    printf("fit: %s on %s, %d-token context, budget %.1f MiB%s\n", r->model, r->device, r->n_ctx, r->budget / mib,
-           r->budget_is_free_memory ? " (free memory)" : "");
+    const int n_rungs = pl_fit_n_rungs(r);
+    printf("fit: %s on %s, %d-token context, budget %.1f MiB%s\n", pl_fit_model(r), pl_fit_device(r),
+           (int)pl_fit_n_ctx(r), pl_fit_budget(r) / mib, pl_fit_budget_is_free_memory(r) ? " (free memory)" : "");
     printf("  %-14s %11s %11s %11s %11s %6s  %s\n", "rung", "weights", "KV cache", "scratch", "total MiB", "bpw", "fits");
-    for (int i = 0; i < r->n_rungs; i++) {
-        const pl_fit_rung *g = &r->rungs[i];
+    for (int i = 0; i < n_rungs; i++) {
+        const pl_fit_rung_info *g = &rungs[i];
         char name[32];
         snprintf(name, sizeof name, "%s%s", g->name, g->as_is ? " (as is)" : "");
         if (g->status != PL_OK) {
@@ -183,26 +186,28 @@ static void print_text(const pl_fit_result *r, const int *check, char (*why)[256
         putchar('\n');
     }
     if (plan < 0) {
-        if (checked && r->chosen >= 0)
+        if (checked && pl_fit_chosen(r) >= 0)
             printf("plan: none -- no rung both fits and passes the checks\n");
         else
-            printf("plan: none -- even %s needs more than the budget\n", r->rungs[r->n_rungs - 1].name);
-    } else if (r->rungs[plan].as_is) {
-        printf("plan: %s as is\n", r->rungs[plan].name);
+            printf("plan: none -- even %s needs more than the budget\n", rungs[n_rungs - 1].name);
+    } else if (rungs[plan].as_is) {
+        printf("plan: %s as is\n", rungs[plan].name);
     } else {
-        printf("plan: %s (%.1f MiB)%s\n", r->rungs[plan].name, r->rungs[plan].plan.total / mib,
-               r->rungs[plan].needs_imatrix ? ", needs an importance matrix (pocketllm imatrix)" : "");
+        printf("plan: %s (%.1f MiB)%s\n", rungs[plan].name, rungs[plan].plan.total / mib,
+               rungs[plan].needs_imatrix ? ", needs an importance matrix (pocketllm imatrix)" : "");
     }
 }
 
-static void print_json(const pl_fit_result *r, const int *check, char (*why)[256], int plan) {
+static void print_json(const pl_fit_result *r, const pl_fit_rung_info *rungs, const int *check, char (*why)[256],
+                       int plan) {
     static const char *const cs[] = {NULL, "pass", "fail", "skipped"};
     printf("{\"model\": ");
-    pl_cli_json_string(stdout, r->model, strlen(r->model));
-    printf(", \"device\": \"%s\", \"n_ctx\": %d, \"budget\": %llu, \"budget_source\": \"%s\", \"rungs\": [", r->device,
-           r->n_ctx, (unsigned long long)r->budget, r->budget_is_free_memory ? "free_memory" : "given");
-    for (int i = 0; i < r->n_rungs; i++) {
-        const pl_fit_rung *g = &r->rungs[i];
+    pl_cli_json_string(stdout, pl_fit_model(r), strlen(pl_fit_model(r)));
+    printf(", \"device\": \"%s\", \"n_ctx\": %d, \"budget\": %llu, \"budget_source\": \"%s\", \"rungs\": [",
+           pl_fit_device(r), (int)pl_fit_n_ctx(r), (unsigned long long)pl_fit_budget(r),
+           pl_fit_budget_is_free_memory(r) ? "free_memory" : "given");
+    for (int i = 0; i < pl_fit_n_rungs(r); i++) {
+        const pl_fit_rung_info *g = &rungs[i];
         printf("%s\n  {\"name\": \"%s\", \"as_is\": %s, \"needs_imatrix\": %s, ", i ? "," : "", g->name,
                g->as_is ? "true" : "false", g->needs_imatrix ? "true" : "false");
         if (g->status != PL_OK) {
@@ -225,7 +230,7 @@ static void print_json(const pl_fit_result *r, const int *check, char (*why)[256
     }
     printf("\n], \"plan\": ");
     if (plan < 0) printf("null");
-    else printf("\"%s\"", r->rungs[plan].name);
+    else printf("\"%s\"", rungs[plan].name);
     printf("}\n");
 }
 
@@ -260,31 +265,45 @@ static int cmd_fit(int argc, char **argv) {
     if (!model == !preset) return pl_cli_error("fit: give exactly one of --model or --preset");
     if (cases_path && !model) return pl_cli_error("fit: --check needs --model (a preset has no weights)");
     uint64_t budget = 0;
-    if (memory && pl_fit_parse_budget(memory, device, &budget) != PL_OK)
-        return pl_cli_error("fit: bad --memory: %s", pl_last_error());
-    pl_fit_params fp = {device, (int)ctx, (int)threads, budget};
-    pl_fit_result *r = calloc(1, sizeof *r);
-    if (!r) return pl_cli_error("out of memory");
+    char budget_msg[512];
+    if (memory && pl_cli_parse_budget(memory, device, &budget, budget_msg, sizeof budget_msg) != PL_OK)
+        return pl_cli_error("fit: bad --memory: %s", budget_msg);
+    if (preset && !vocab) return pl_cli_error("a preset needs --vocab VOCAB.gguf (the tokenizer)");
+    pl_fit_params fp = pl_fit_default_params();
+    fp.device = device;
+    fp.n_ctx = (int)ctx;
+    fp.n_threads = (int)threads;
+    fp.budget = budget;
+    pl_fit_result *r = NULL;
     int rc = 0;
-    pl_status st = preset ? pl_fit_preset(preset, vocab, &fp, r) : pl_fit_file(model, &fp, r);
+    pl_status st = preset ? pl_fit_preset(preset, vocab, &fp, &r) : pl_fit(model, &fp, &r);
     if (st != PL_OK) {
-        free(r);
+        /* the device's free memory is unknown: say how to give one */
+        if (!memory && (st == PL_ERR_UNSUPPORTED || st == PL_ERR_IO) && strstr(pl_last_error(), "give a budget"))
+            return pl_cli_error("%s (--memory BYTES)", pl_last_error());
         return pl_cli_error("%s", pl_last_error());
     }
-    if (r->rungs[0].status != PL_OK) { /* not a model this device can run at all */
-        rc = pl_cli_error("fit: %s", r->rungs[0].error);
-        free(r);
+    const int n_rungs = pl_fit_n_rungs(r);
+    pl_fit_rung_info rungs[MAX_RUNGS];
+    for (int i = 0; i < n_rungs && i < MAX_RUNGS; i++) pl_fit_rung(r, i, &rungs[i]);
+    if (n_rungs < 1 || n_rungs > MAX_RUNGS) {
+        pl_fit_free(r);
+        return pl_cli_error("fit: the planner returned %d rungs", n_rungs);
+    }
+    if (pl_fit_reason_of(r) == PL_FIT_CANNOT_RUN) { /* not a model this device can run at all */
+        rc = pl_cli_error("fit: %s", rungs[0].error);
+        pl_fit_free(r);
         return rc;
     }
-    int check[PL_FIT_MAX_RUNGS] = {0};
-    char why[PL_FIT_MAX_RUNGS][256];
+    int check[MAX_RUNGS] = {0};
+    char why[MAX_RUNGS][256];
     memset(why, 0, sizeof why);
-    int plan = r->chosen;
+    int plan = pl_fit_chosen(r);
     if (cases_path && plan >= 0) {
         fit_case *cases = NULL;
         int n_cases = 0;
         if ((rc = load_cases(cases_path, &cases, &n_cases))) {
-            free(r);
+            pl_fit_free(r);
             return rc;
         }
         char dir[512];
@@ -294,7 +313,7 @@ static int cmd_fit(int argc, char **argv) {
             snprintf(dir, sizeof dir, "%s/pocketllm-fit-XXXXXX", tmp && *tmp ? tmp : "/tmp");
             if (!mkdtemp(dir)) {
                 free_cases(cases, n_cases);
-                free(r);
+                pl_fit_free(r);
                 return pl_cli_error("fit: cannot create a temporary directory in %s", tmp && *tmp ? tmp : "/tmp");
             }
         }
@@ -302,11 +321,11 @@ static int cmd_fit(int argc, char **argv) {
         mp.device = device;
         mp.n_ctx = (int)ctx;
         mp.n_threads = (int)threads;
-        mp.memory_budget = r->budget;
+        mp.memory_budget = pl_fit_budget(r);
         const int first = plan;
         plan = -1;
-        for (int i = first; i < r->n_rungs && !rc; i++) {
-            pl_fit_rung *g = &r->rungs[i];
+        for (int i = first; i < n_rungs && !rc; i++) {
+            const pl_fit_rung_info *g = &rungs[i];
             if (!g->fits) continue;
             char path[1024];
             snprintf(path, sizeof path, "%s", model);
@@ -318,8 +337,11 @@ static int cmd_fit(int argc, char **argv) {
                 }
                 snprintf(path, sizeof path, "%s/%s.gguf", dir, g->name);
                 if (!json) fprintf(stderr, "fit: quantizing to %s ...\n", g->name);
-                pl_quantize_params qp = {g->name, g->needs_imatrix ? imatrix : NULL, (int)threads, NULL};
-                if (pl_quantize_file(model, path, &qp, NULL) != PL_OK) {
+                pl_quantize_params qp = pl_quantize_default_params();
+                qp.type = g->name;
+                qp.imatrix_path = g->needs_imatrix ? imatrix : NULL;
+                qp.n_threads = (int)threads;
+                if (pl_quantize_file(model, path, &qp) != PL_OK) {
                     rc = pl_cli_error("fit: quantizing to %s: %s", g->name, pl_last_error());
                     break;
                 }
@@ -342,11 +364,11 @@ static int cmd_fit(int argc, char **argv) {
         free_cases(cases, n_cases);
     }
     if (!rc) {
-        if (json) print_json(r, check, why, plan);
-        else print_text(r, check, why, plan, cases_path != NULL);
+        if (json) print_json(r, rungs, check, why, plan);
+        else print_text(r, rungs, check, why, plan, cases_path != NULL);
         rc = plan >= 0 ? 0 : 3;
     }
-    free(r);
+    pl_fit_free(r);
     return rc;
 }
 

@@ -7,11 +7,12 @@
  * adds one), each chunk is evaluated from an empty cache with every token's
  * logits requested -- so the last layer's FFN sees every token, as in
  * llama.cpp -- and after each matmul of a "blk.*" weight the squared inputs
- * are summed per column (quant/imatrix.h). The perplexity of the second half
+ * are summed per column (imatrix_collect.h, on the public per-node observer). The perplexity of the second half
  * of each chunk is printed along the way, as llama-imatrix does.
  */
 #include "cli.h"
-#include "quant/imatrix.h"
+#include "imatrix_collect.h"
+#include "pocketllm.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,7 @@ static int cmd_imatrix(int argc, char **argv) {
     int32_t *ids = NULL;
     size_t n_ids = 0;
     float *logits = NULL;
-    pl_imatrix *im = NULL;
+    imx_collector *im = NULL;
     if (pl_model_load(model_path, &mp, &m) != PL_OK) {
         free(text);
         return pl_cli_error("%s", pl_last_error());
@@ -120,8 +121,8 @@ static int cmd_imatrix(int argc, char **argv) {
     logits = malloc((size_t)batch * (size_t)n_vocab * sizeof *logits);
     int32_t *tok = malloc((size_t)batch * sizeof *tok), *pos = malloc((size_t)batch * sizeof *pos);
     bool *want = malloc((size_t)batch * sizeof *want);
-    if (!logits || !tok || !pos || !want || pl_imatrix_create(text_path, (int)ctx, &im) != PL_OK ||
-        pl_imatrix_attach(im, m, process_output) != PL_OK) {
+    if (!logits || !tok || !pos || !want || !(im = imx_create(text_path, (int)ctx, process_output)) ||
+        imx_attach(im, m) != PL_OK) {
         free(tok); free(pos); free(want);
         rc = pl_cli_error("%s", *pl_last_error() ? pl_last_error() : "out of memory");
         goto done;
@@ -141,8 +142,13 @@ static int cmd_imatrix(int argc, char **argv) {
             }
             if (b0 == 0 && bos >= 0) tok[0] = bos;
             pl_batch pb = {nb, tok, pos, NULL, want};
-            if (pl_model_forward(m, &pb, logits) != PL_OK || pl_imatrix_status(im) != PL_OK) {
+            const char *imx_msg;
+            if (pl_model_forward(m, &pb, logits) != PL_OK) {
                 rc = pl_cli_error("%s", pl_last_error());
+                break;
+            }
+            if (imx_status(im, &imx_msg) != PL_OK) {
+                rc = pl_cli_error("%s", imx_msg);
                 break;
             }
             for (int k = 0; k < nb; k++) {
@@ -152,18 +158,18 @@ static int cmd_imatrix(int argc, char **argv) {
                 count++;
             }
         }
-        pl_imatrix_add_chunk(im);
+        imx_add_chunk(im);
         fprintf(stderr, "[%lld]%.4f,", (long long)(c + 1), exp(nll / (double)count));
     }
     fputc('\n', stderr);
     free(tok); free(pos); free(want);
-    pl_imatrix_detach(m);
-    if (!rc && pl_imatrix_save(im, out_path) != PL_OK) rc = pl_cli_error("%s", pl_last_error());
+    imx_detach(im, m);
+    if (!rc && imx_save(im, out_path) != PL_OK) rc = pl_cli_error("%s", pl_last_error());
     if (!rc)
-        fprintf(stderr, "wrote %s: %d entries, %u chunks of %u tokens\n", out_path, pl_imatrix_n_entries(im),
-                pl_imatrix_chunk_count(im), pl_imatrix_chunk_size(im));
+        fprintf(stderr, "wrote %s: %d entries, %u chunks of %u tokens\n", out_path, imx_n_entries(im),
+                imx_chunk_count(im), imx_chunk_size(im));
 done:
-    pl_imatrix_free(im);
+    imx_free(im);
     free(logits);
     pl_free(ids);
     pl_model_free(m);

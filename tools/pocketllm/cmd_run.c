@@ -1,7 +1,7 @@
 /* pocketllm run: prompt in, generated text out (streamed or as JSON). */
 #include "cli.h"
 #include "pocketllm.h"
-#include "engine/fit.h"
+#include "cli_fit.h"
 #include "chat_repl.h"
 #include <stdlib.h>
 #include <string.h>
@@ -247,9 +247,10 @@ static int cmd_run(int argc, char **argv) {
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
-    if (memory && pl_fit_parse_budget(memory, device, &mp.memory_budget) != PL_OK) {
+    char budget_msg[512];
+    if (memory && pl_cli_parse_budget(memory, device, &mp.memory_budget, budget_msg, sizeof budget_msg) != PL_OK) {
         free(gtext);
-        return pl_cli_error("run: bad --memory: %s", pl_last_error());
+        return pl_cli_error("run: bad --memory: %s", budget_msg);
     }
     if (!json) fprintf(stderr, "loading %s ...", model_path);
     pl_model *model = NULL;
@@ -259,7 +260,7 @@ static int cmd_run(int argc, char **argv) {
         pl_cli_error("%s", pl_last_error());
         if (lst == PL_ERR_DOES_NOT_FIT) { /* name the rung that would fit, and how to make it */
             char advice[2048];
-            pl_fit_advice(model_path, &mp, advice, sizeof advice);
+            pl_cli_fit_advice(model_path, &mp, advice, sizeof advice);
             if (*advice) fprintf(stderr, "%s\n", advice);
         }
         free(gtext);

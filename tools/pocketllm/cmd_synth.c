@@ -8,6 +8,11 @@
  * activations through each projection), norms 1 + small noise. Every tensor is
  * seeded from (seed, tensor name), so files are reproducible and rows can be
  * generated in parallel.
+ *
+ * The one subcommand that includes internal headers (core/threadpool.h,
+ * gguf/gguf_write.h, quant/quant.h): it writes test checkpoints with the
+ * library's GGUF writer and block encoders, which are not public API. Every
+ * other file under tools/ reaches the engine through pocketllm.h only.
  */
 #include "cli.h"
 #include "core/threadpool.h"
