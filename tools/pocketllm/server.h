@@ -120,6 +120,10 @@ typedef struct pl_srv_seq {
     pl_srv_tool_stream ts;
     pl_srv_buf tool_text;
     size_t tool_fed;             /* content bytes appended to tool_text */
+    /* Whitespace-only content is held back while calls may come: with
+     * calls and no other text, the response's content is null. */
+    pl_srv_buf tool_ws;
+    bool tool_said;              /* content other than whitespace was streamed */
 } pl_srv_seq;
 
 #define PL_SRV_MAX_TOP_LOGPROBS 20

@@ -1280,7 +1280,11 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
         /* Tools: the new text goes through the incremental parser
          * (server_tools.h), which releases the content and call events it
          * has decided; with a tool grammar, arguments stream in fragments. */
-        size_t upto = content ? (size_t)(content - tq->text.content.p) + n_content : tq->text.content.n;
+        /* content is a slice of the choice's released text (the callers
+         * pass one); anything else stands for all of it */
+        size_t upto = tq->text.content.n;
+        uintptr_t c0 = (uintptr_t)content, b0 = (uintptr_t)tq->text.content.p;
+        if (content && b0 && c0 >= b0 && c0 - b0 + n_content <= upto) upto = (size_t)(c0 - b0) + n_content;
         content = NULL;
         n_content = 0;
         json_t *deltas = json_array();
@@ -1293,6 +1297,19 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
             rc = pl_srv_tools_stream(&tq->ts, tq->tool_text.p ? tq->tool_text.p : "", tq->tool_text.n, r->tool_names,
                                      finish != NULL, r->tool_grammar, r->parallel_tool_calls ? SIZE_MAX : 1, &tc,
                                      deltas);
+        if (!rc && !tq->tool_said && all_space(tc.p, tc.n)) {
+            /* Only whitespace so far (the newline between two calls): held
+             * until text follows, dropped at the end if calls came. */
+            rc = pl_srv_buf_add(&tq->tool_ws, tc.p, tc.n);
+            tc.n = 0;
+            if (!rc && finish && !tq->ts.n_calls && tq->tool_ws.n) rc = pl_srv_buf_add(&tc, tq->tool_ws.p, tq->tool_ws.n);
+        } else if (!rc && !tq->tool_said) {
+            tq->tool_said = true;
+            pl_srv_buf all = {0};
+            rc = pl_srv_buf_add(&all, tq->tool_ws.p, tq->tool_ws.n) || pl_srv_buf_add(&all, tc.p, tc.n);
+            pl_srv_buf_free(&tc);
+            tc = all;
+        }
         if (!rc) {
             if (tc.n) { content = tc.p; n_content = tc.n; }
             if (json_array_size(deltas)) tool_delta = stream_calls_json(r, tq, deltas);

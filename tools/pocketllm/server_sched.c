@@ -86,6 +86,7 @@ void pl_srv_request_unref(pl_srv_request *r) {
         pl_sampler_free(r->seqs[i].smp);
         pl_grammar_free(r->seqs[i].grammar);  /* after its sampler, which points at it */
         pl_srv_buf_free(&r->seqs[i].tool_text);
+        pl_srv_buf_free(&r->seqs[i].tool_ws);
     }
     free(r->seqs);
     pl_grammar_free(r->grammar);
