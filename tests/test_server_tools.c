@@ -145,7 +145,10 @@ static void test_grammar(void) {
         "  \"additionalProperties\": false}}},"
         " {\"type\": \"function\", \"function\": {\"name\": \"book2\", \"parameters\": {\"$defs\": {\"P\": {\"type\": \"string\"}},"
         "  \"type\": \"object\", \"properties\": {\"who\": {\"$ref\": \"#/$defs/P\"}}, \"required\": [\"who\"],"
-        "  \"additionalProperties\": false}}}]",
+        "  \"additionalProperties\": false}}},"
+        " {\"type\": \"function\", \"function\": {\"name\": \"note\", \"parameters\": {\"type\": \"object\","
+        "  \"properties\": {\"t\": {\"type\": \"string\"}, \"in\": {\"type\": \"object\", \"properties\": {\"u\": {\"type\": \"integer\"}}}},"
+        "  \"required\": [\"t\"]}}}]",
         0, NULL);
     CHECK(tools != NULL, "tools json");
     char *g = NULL, why[256];
@@ -163,6 +166,10 @@ static void test_grammar(void) {
         CHECK(!accepts(g, CALL("get_weather", "{\"city\": \"x\", \"unit\": \"k\"}")), "enum not enforced");
         CHECK(!accepts(g, CALL("get_time", "{\"x\": 1}")), "no-parameter call took arguments");
         CHECK(!accepts(g, CALL("rm_rf", "{}")), "unknown function accepted");
+        /* no additionalProperties: no other keys (at every level) */
+        CHECK(accepts(g, CALL("note", "{\"t\": \"a\", \"in\": {\"u\": 1}}")), "note refused");
+        CHECK(!accepts(g, CALL("note", "{\"t\": \"a\", \"x\": 1}")), "invented key accepted");
+        CHECK(!accepts(g, CALL("note", "{\"t\": \"a\", \"in\": {\"u\": 1, \"v\": 2}}")), "invented inner key accepted");
         CHECK(!accepts(g, CALL("get_time", "{}") "\n" CALL("get_time", "{}")), "two calls without parallel");
         CHECK(!accepts(g, "hello"), "text accepted");
     }

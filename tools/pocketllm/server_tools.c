@@ -318,26 +318,36 @@ int pl_srv_tools_stream(pl_srv_tool_stream *st, const char *text, size_t n, cons
 
 /* ---- the call grammar ------------------------------------------------------------*/
 
-/* Points every local $ref of a tool's parameters schema into the place the
- * schema takes in the combined one (base): "#/$defs/X" -> base + "/$defs/X",
- * "#" -> base. Constant data (const, enum, default, examples) is left alone. */
-static void rebase_refs(json_t *v, const char *base) {
-    const char *key;
-    json_t *x;
-    size_t i;
-    if (json_is_array(v)) json_array_foreach(v, i, x) rebase_refs(x, base);
-    if (!json_is_object(v)) return;
-    json_object_foreach(v, key, x) {
-        if (!strcmp(key, "$ref") && json_is_string(x) && json_string_value(x)[0] == '#') {
-            char *r = malloc(strlen(base) + json_string_length(x) + 1);
-            if (!r) continue;
-            sprintf(r, "%s%s", base, json_string_value(x) + 1);
-            json_object_set_new(v, key, json_string(r));
+/* Prepares a tool's parameters schema (a copy) for the combined schema,
+ * walking schema positions only (not constant data, not property names):
+ *   - every local $ref points where the schema now lives (base):
+ *     "#/$defs/X" -> base + "/$defs/X", "#" -> base;
+ *   - an object schema with "properties" but no "additionalProperties"
+ *     admits no other keys, as llama.cpp's tool grammars and OpenAI's strict
+ *     function calling have it: a model is not to invent arguments (and a
+ *     random one would babble extra keys until max_tokens). */
+static void prepare_params(json_t *sch, const char *base) {
+    if (!json_is_object(sch)) return;
+    json_t *ref = json_object_get(sch, "$ref");
+    if (json_is_string(ref) && json_string_value(ref)[0] == '#') {
+        char *r = malloc(strlen(base) + json_string_length(ref) + 1);
+        if (r) {
+            sprintf(r, "%s%s", base, json_string_value(ref) + 1);
+            json_object_set_new(sch, "$ref", json_string(r));
             free(r);
-        } else if (strcmp(key, "const") && strcmp(key, "enum") && strcmp(key, "default") && strcmp(key, "examples")) {
-            rebase_refs(x, base);
         }
     }
+    if (json_is_object(json_object_get(sch, "properties")) && !json_object_get(sch, "additionalProperties"))
+        json_object_set_new(sch, "additionalProperties", json_false());
+    static const char *const maps[] = {"properties", "$defs", "definitions"};
+    static const char *const lists[] = {"anyOf", "oneOf", "allOf", "prefixItems", "items"};
+    static const char *const one[] = {"items", "additionalProperties", "not"};
+    const char *k;
+    json_t *x;
+    size_t i;
+    for (size_t m = 0; m < 3; m++) json_object_foreach(json_object_get(sch, maps[m]), k, x) prepare_params(x, base);
+    for (size_t m = 0; m < 5; m++) json_array_foreach(json_object_get(sch, lists[m]), i, x) prepare_params(x, base);
+    for (size_t m = 0; m < 3; m++) prepare_params(json_object_get(sch, one[m]), base);
 }
 
 int pl_srv_tools_grammar(json_t *tools, const char *only, bool parallel, char **gbnf, char *why, size_t why_n) {
@@ -372,7 +382,7 @@ int pl_srv_tools_grammar(json_t *tools, const char *only, bool parallel, char **
         char key[32], base[48];
         snprintf(key, sizeof key, "t%zu-params", i);
         snprintf(base, sizeof base, "#/$defs/%s", key);
-        rebase_refs(p, base);
+        prepare_params(p, base);
         json_object_set_new(defs, key, p);
         /* "name" first: that is the order the Hermes form and the prefill use */
         json_t *alt = json_pack("{s:s, s:{s:{s:s}, s:{s:s}}, s:[s, s], s:b}", "type", "object", "properties", "name",

@@ -75,7 +75,9 @@ int pl_srv_tools_stream(pl_srv_tool_stream *st, const char *text, size_t n, cons
 /* The GBNF that forces Hermes tool calls ('<tool_call>\n{"name": NAME,
  * "arguments": ARGS}\n</tool_call>', one or, with parallel, several
  * separated by a newline) whose ARGS match each function's parameters
- * schema. tools: the request's validated tools array; only: a function name
+ * schema (an object schema with "properties" and no "additionalProperties"
+ * admits no other keys there, as in llama.cpp's tool grammars and OpenAI's
+ * strict mode). tools: the request's validated tools array; only: a function name
  * (tool_choice by name) or NULL (any of them). *gbnf is malloc'd. 0 ok;
  * -1 with the compiler's message in why (a schema keyword it cannot enforce,
  * a bad $ref). */
