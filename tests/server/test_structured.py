@@ -244,6 +244,22 @@ def test_n_choices_each_constrained(server):
         assert GBNF_RE.fullmatch(ch["message"]["content"]), ch
 
 
+def test_structured_output_is_never_a_tool_call(server):
+    """With tools offered ("auto") and a schema whose answers look like a
+    Llama 3 call, the JSON stays content."""
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+    schema = {"type": "object", "properties": {"name": {"const": "get_weather"}, "parameters": {
+        "type": "object", "properties": {}, "additionalProperties": False}},
+        "required": ["name", "parameters"], "additionalProperties": False}
+    body = {"model": "m", "messages": ASK, "max_tokens": 100, "temperature": 0, "tools": [tool],
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    r = server.post("/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    ch = r.json()["choices"][0]
+    assert "tool_calls" not in ch["message"] and ch["finish_reason"] == "stop"
+    assert json.loads(ch["message"]["content"]) == {"name": "get_weather", "parameters": {}}
+
+
 def test_text_and_empty_grammar_ask_for_nothing(server):
     a, _ = chat(server, seed=4, max_tokens=12, response_format={"type": "text"})
     b, _ = chat(server, seed=4, max_tokens=12, grammar="")

@@ -441,6 +441,9 @@ static int parse_structured(pl_srv *s, json_t *body, pl_srv_request *r, pl_srv_e
     if (st != PL_OK)
         return pl_srv_fail(e, 400, param, st == PL_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
                            "invalid '%s': %s", param, pl_last_error());
+    /* The output is the client's format: never reinterpreted as tool calls
+     * (a JSON answer {"name": ..., "parameters": ...} is content). */
+    r->tool_names[0] = 0;
     return 0;
 }
 
