@@ -12,10 +12,13 @@
  *     into the requests. Requests join and leave between steps.
  *
  * Files: cmd_serve.c (options, startup, shutdown), server_http.c (routes,
- * bodies, SSE), server_openai.c (request validation and response JSON),
- * server_sched.c (queue, continuous batching, metrics), server_chat.c (chat
- * template and prompt tokenization), server_text.c (stop strings, UTF-8,
- * reasoning split).
+ * bodies, SSE), server_openai.c (request validation and response JSON;
+ * structured output and forced tool calls are compiled there into a grammar
+ * per request, cloned per choice), server_sched.c (queue, continuous
+ * batching, metrics; a choice whose grammar is done stops), server_chat.c
+ * (chat template and prompt tokenization), server_text.c (stop strings,
+ * UTF-8, reasoning split), server_tools.c (tool-call parsing, incremental
+ * streaming, the forced-call grammar).
  */
 #ifndef PL_SERVER_H
 #define PL_SERVER_H
