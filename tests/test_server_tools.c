@@ -202,6 +202,47 @@ static void test_grammar(void) {
     json_decref(tools);
 }
 
+/* Property: on random texts built from the pieces the parser cares about,
+ * the incremental streamer (any chunking) reports exactly what one scan of
+ * the whole text finds. */
+static void test_stream_random(void) {
+    static const char *const pieces[] = {
+        "<tool_call>", "</tool_call>", "```", "```json\n", "<|python_tag|>", "{\"name\": \"get_time\", \"arguments\": {}}",
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"P\"}}", "{\"name\": \"nope\", \"arguments\": {}}",
+        "{\"name\": \"get_time\", \"parameters\": {}}", "{", "}", "\"", " ", "\n", "x", "<", "</tool", "<tool_", "`",
+    };
+    uint64_t rng = 0x9E3779B97F4A7C15ull;
+    int bad = 0;
+    for (int it = 0; it < 3000 && bad < 5; it++) {
+        char text[512] = "";
+        int n_pieces = 1 + (int)((rng >> 33) % 8);
+        for (int k = 0; k < n_pieces; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            strcat(text, pieces[(rng >> 33) % (sizeof pieces / sizeof *pieces)]);
+        }
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        size_t step = 1 + (rng >> 33) % 6;
+        pl_srv_buf c = {0}, w = {0}, sc = {0}, sk = {0};
+        json_t *calls = pl_srv_tools_scan(text, strlen(text), NAMES, true, &c);
+        size_t i;
+        json_t *x;
+        json_array_foreach(calls, i, x)
+            pl_srv_buf_addf(&w, "%s%s=%s", i ? "|" : "", json_string_value(json_object_get(x, "name")),
+                            json_string_value(json_object_get(x, "arguments")));
+        bool ok;
+        stream_all(text, step, false, SIZE_MAX, &sc, &sk, &ok);
+        bool same = ok && !strcmp(c.p ? c.p : "", sc.p ? sc.p : "") && !strcmp(w.p ? w.p : "", sk.p ? sk.p : "");
+        CHECK(same, "random text [%s] step %zu: scan [%s] [%s], stream [%s] [%s]", text, step, c.p ? c.p : "",
+              w.p ? w.p : "", sc.p ? sc.p : "", sk.p ? sk.p : "");
+        bad += !same;
+        json_decref(calls);
+        pl_srv_buf_free(&c);
+        pl_srv_buf_free(&w);
+        pl_srv_buf_free(&sc);
+        pl_srv_buf_free(&sk);
+    }
+}
+
 int main(void) {
     check_scan("plain text", "It is sunny.", "It is sunny.", "");
     check_scan("single call", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
@@ -302,6 +343,7 @@ int main(void) {
         pl_srv_buf_free(&k);
     }
     test_grammar();
+    test_stream_random();
 
     char id1[32], id2[32], id3[32];
     pl_srv_tools_call_id("chatcmpl-abc", 0, 0, id1);
