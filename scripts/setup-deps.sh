@@ -15,7 +15,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 # Python packages for the server tests (tests/server/requirements.txt).
-if ! python3 -c 'import openai, pytest, requests, prometheus_client' 2>/dev/null; then
+if ! python3 -c 'import openai, pytest, requests, prometheus_client, jsonschema, pydantic' 2>/dev/null; then
   req="$(cd "$(dirname "$0")/.." && pwd)/tests/server/requirements.txt"
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO=sudo

@@ -83,6 +83,27 @@ int main(void) {
         pl_free(gb);
     }
 
+    /* found by the server's structured-output tests: the date rule let the
+     * year 0000 through, which jsonschema's date check refuses */
+    {
+        const char *ds = "{\"type\": \"string\", \"format\": \"date\"}";
+        char *gb = NULL;
+        size_t gbl = 0;
+        pl_grammar *g = NULL;
+        CHECK(pl_json_schema_to_gbnf(ds, strlen(ds), &gb, &gbl) == PL_OK, "date: %s", pl_last_error());
+        CHECK(gb && pl_grammar_from_gbnf(NULL, gb, gbl, &g) == PL_OK, "date parse: %s", pl_last_error());
+        static const char *yes[] = {"\"0001-01-01\"", "\"0010-12-31\"", "\"0999-02-28\"", "\"2024-06-30\"", "\"9999-12-31\""};
+        static const char *no[] = {"\"0000-01-01\"", "\"2024-13-01\"", "\"2024-02-30\"", "\"2024-04-31\"", "\"024-01-01\""};
+        for (int i = 0; i < 5 && g; i++) {
+            pl_grammar_reset(g);
+            CHECK(pl_grammar_accept_text(g, yes[i], strlen(yes[i])) == PL_OK && pl_grammar_is_accepting(g), "date: %s", yes[i]);
+            pl_grammar_reset(g);
+            CHECK(!(pl_grammar_accept_text(g, no[i], strlen(no[i])) == PL_OK && pl_grammar_is_accepting(g)), "not a date: %s", no[i]);
+        }
+        pl_grammar_free(g);
+        pl_free(gb);
+    }
+
     const char *dir = PL_TEST_FIXTURES "/../schemas";
     DIR *d = opendir(dir);
     CHECK(d != NULL, "open %s", dir);

@@ -133,7 +133,9 @@ static const char *prim(comp *c, const char *name) {
         {"value", "object | array | string | number | boolean | null"},
         {"object", "\"{\" space ( string \":\" space value (\",\" space string \":\" space value)* )? \"}\" space"},
         {"array", "\"[\" space ( value (\",\" space value)* )? \"]\" space"},
-        {"date", "[0-9]{4} \"-\" ( (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) "
+        /* year 0001..9999: RFC 3339's 4DIGIT admits 0000, which no date
+         * library (Python's date, jsonschema's check) accepts */
+        {"date", "([1-9] [0-9]{3} | \"0\" ([1-9] [0-9]{2} | \"0\" ([1-9] [0-9] | \"0\" [1-9]))) \"-\" ( (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) "
                  "| (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") "
                  "| \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) )"},
         {"time", "([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "

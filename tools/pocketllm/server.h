@@ -12,10 +12,13 @@
  *     into the requests. Requests join and leave between steps.
  *
  * Files: cmd_serve.c (options, startup, shutdown), server_http.c (routes,
- * bodies, SSE), server_openai.c (request validation and response JSON),
- * server_sched.c (queue, continuous batching, metrics), server_chat.c (chat
- * template and prompt tokenization), server_text.c (stop strings, UTF-8,
- * reasoning split).
+ * bodies, SSE), server_openai.c (request validation and response JSON;
+ * structured output and forced tool calls are compiled there into a grammar
+ * per request, cloned per choice), server_sched.c (queue, continuous
+ * batching, metrics; a choice whose grammar is done stops), server_chat.c
+ * (chat template and prompt tokenization), server_text.c (stop strings,
+ * UTF-8, reasoning split), server_tools.c (tool-call parsing, incremental
+ * streaming, the forced-call grammar).
  */
 #ifndef PL_SERVER_H
 #define PL_SERVER_H
@@ -112,6 +115,18 @@ typedef struct pl_srv_seq {
     struct pl_srv_lp *lps;
     size_t n_lps, cap_lps;
     size_t n_lps_sent;           /* entries already streamed */
+    /* structured output (issue 16): this choice's clone of req->grammar,
+     * attached to smp (which does not own it); NULL = unconstrained */
+    pl_grammar *grammar;
+    /* streamed tool calls, guarded by req->mu: the prefill plus the content
+     * fed to the incremental parser so far (server_tools.h) */
+    pl_srv_tool_stream ts;
+    pl_srv_buf tool_text;
+    size_t tool_fed;             /* content bytes appended to tool_text */
+    /* Whitespace-only content is held back while calls may come: with
+     * calls and no other text, the response's content is null. */
+    pl_srv_buf tool_ws;
+    bool tool_said;              /* content other than whitespace was streamed */
 } pl_srv_seq;
 
 #define PL_SRV_MAX_TOP_LOGPROBS 20
@@ -158,6 +173,13 @@ typedef struct pl_srv_request {
     char tool_names[PL_SRV_TOOL_NAMES];
     char tool_prefill[96];
     bool parallel_tool_calls;
+    /* The grammar that constrains every choice, compiled while the request
+     * is parsed (on the HTTP thread): from "grammar" (GBNF), "json_schema",
+     * response_format json_object / json_schema, or the tools' schemas for
+     * tool_choice "required" / a named function (tool_grammar: then the
+     * calls' arguments are streamed in fragments). NULL: unconstrained. */
+    pl_grammar *grammar;
+    bool tool_grammar;
 
     /* guarded by mu */
     int n_done;

@@ -212,15 +212,8 @@ static int unsupported(pl_srv_error *e, const char *name, const char *why) {
  * (false, 0, empty, "text", "none") are accepted, as they ask for nothing. */
 static int check_unsupported(json_t *body, pl_srv_error *e) {
     json_t *v;
-    if (!absent(v = json_object_get(body, "response_format"))) {
-        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_object(v) || !json_is_string(t))
-            return pl_srv_fail(e, 400, "response_format", "invalid_type",
-                               "'response_format' must be an object with a string 'type'");
-        if (strcmp(json_string_value(t), "text") != 0)
-            return unsupported(e, "response_format", "only {\"type\": \"text\"} is accepted");
-    }
-    /* tools / tool_choice: parse_tools() (chat only; completions have no tools). */
+    /* response_format, grammar, json_schema: parse_structured(). tools /
+     * tool_choice: parse_tools() (chat only; completions have no tools). */
     if (!absent(v = json_object_get(body, "functions"))) return unsupported(e, "functions", NULL);
     if (!absent(v = json_object_get(body, "function_call"))) return unsupported(e, "function_call", NULL);
     if (!absent(v = json_object_get(body, "echo"))) {
@@ -247,7 +240,8 @@ static void log_unknown(json_t *body, pl_srv_kind kind) {
                                    "logprobs", "top_logprobs", "presence_penalty", "frequency_penalty",
                                    "logit_bias", "repetition_penalty", "repeat_last_n", "response_format", "tools", "tool_choice", "functions",
                                    "function_call", "echo", "suffix", "best_of", "return_tokens", "store",
-                                   "cache_prompt", "metadata", "service_tier", "parallel_tool_calls", NULL};
+                                   "cache_prompt", "metadata", "service_tier", "parallel_tool_calls", "grammar",
+                                   "json_schema", NULL};
     static const char *chat[] = {"messages", "chat_template_kwargs", "reasoning_effort", "reasoning_format", NULL};
     static const char *compl[] = {"prompt", NULL};
     const char *key;
@@ -336,13 +330,120 @@ static int parse_tools(pl_srv *s, json_t *body, json_t *kwargs, pl_srv_request *
         return 0;
     }
     json_object_set(kwargs, "tools", tools);
-    /* "required" / named, until grammar-constrained sampling lands: start the
-     * assistant turn with the Hermes call opening, which the Qwen templates
-     * (the ones that print "<tool_call>") teach; the result is still parsed
-     * and validated like any other output. */
+    if (!named && strcmp(mode, "required")) return 0;
+    /* "required" / named: a grammar built from the tools' parameter schemas
+     * forces Hermes calls (server_tools.h), so the call is well-formed and
+     * its arguments match the schema. With a template that teaches that form
+     * (the Qwen ones print "<tool_call>") the assistant turn also starts with
+     * the call's opening as prompt text: the model is not made to spell out
+     * what is certain, and the grammar is advanced past it. */
+    char *gbnf = NULL, why[400];
+    if (pl_srv_tools_grammar(tools, named, r->parallel_tool_calls, &gbnf, why, sizeof why)) {
+        if (!strcmp(why, "out of memory")) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+        return pl_srv_fail(e, 400, "tools", "invalid_value", "cannot constrain the tool call: %s", why);
+    }
+    pl_status st = pl_grammar_from_gbnf(s->model, gbnf, strlen(gbnf), &r->grammar);
+    free(gbnf);
+    if (st != PL_OK)
+        return pl_srv_fail(e, st == PL_ERR_NO_MEMORY ? 500 : 400, "tools", NULL, "cannot constrain the tool call: %s",
+                           pl_last_error());
+    r->tool_grammar = true;
     bool hermes = !s->chat_template || strstr(s->chat_template, "<tool_call>");
     if (hermes && named) snprintf(r->tool_prefill, sizeof r->tool_prefill, "<tool_call>\n{\"name\": \"%s\"", named);
-    else if (hermes && !strcmp(mode, "required")) snprintf(r->tool_prefill, sizeof r->tool_prefill, "<tool_call>\n{\"name\": \"");
+    else if (hermes) snprintf(r->tool_prefill, sizeof r->tool_prefill, "<tool_call>\n{\"name\": \"");
+    return 0;
+}
+
+/* ---- structured output (issue 16) ------------------------------------------------*/
+
+/* response_format json_object / json_schema, and llama-server's "grammar"
+ * (GBNF text) and "json_schema" (a schema): at most one of them, compiled
+ * into r->grammar now, on the HTTP thread, so a bad grammar or a schema
+ * keyword the compiler cannot enforce is a 400 naming the field. The
+ * compiler enforces every schema strictly, so "strict" changes nothing. */
+static int parse_structured(pl_srv *s, json_t *body, pl_srv_request *r, pl_srv_error *e) {
+    json_t *rf = json_object_get(body, "response_format"), *gr = json_object_get(body, "grammar");
+    json_t *js = json_object_get(body, "json_schema"), *schema = NULL;
+    const char *param = NULL, *gbnf = NULL;
+    bool any_object = false;
+    if (!absent(rf)) {
+        json_t *t = json_is_object(rf) ? json_object_get(rf, "type") : NULL;
+        if (!json_is_object(rf) || !json_is_string(t))
+            return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                               "'response_format' must be an object with a string 'type'");
+        const char *ty = json_string_value(t);
+        if (!strcmp(ty, "json_object")) {
+            param = "response_format";
+            /* llama-server's extension: a schema next to json_object */
+            schema = json_object_get(rf, "schema");
+            if (!absent(schema) && !json_is_object(schema))
+                return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                                   "'response_format.schema' must be a JSON schema object");
+            any_object = absent(schema);
+        } else if (!strcmp(ty, "json_schema")) {
+            param = "response_format";
+            json_t *j = json_object_get(rf, "json_schema");
+            if (!json_is_object(j))
+                return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                                   "'response_format.json_schema' must be an object {\"name\", \"schema\", \"strict\"}");
+            json_t *nm = json_object_get(j, "name"), *strict = json_object_get(j, "strict");
+            if (!absent(nm) && !json_is_string(nm))
+                return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                                   "'response_format.json_schema.name' must be a string");
+            if (!absent(strict) && !json_is_boolean(strict))
+                return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                                   "'response_format.json_schema.strict' must be a boolean");
+            schema = json_object_get(j, "schema");
+            if (absent(schema)) schema = NULL;  /* no schema: any JSON value */
+            else if (!json_is_object(schema) && !json_is_boolean(schema))
+                return pl_srv_fail(e, 400, "response_format", "invalid_type",
+                                   "'response_format.json_schema.schema' must be a JSON schema object");
+        } else if (strcmp(ty, "text")) {
+            return pl_srv_fail(e, 400, "response_format", "invalid_value",
+                               "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"");
+        }
+    }
+    if (!absent(gr)) {
+        if (!json_is_string(gr)) return pl_srv_fail(e, 400, "grammar", "invalid_type", "'grammar' must be a string (GBNF)");
+        if (json_string_length(gr)) {   /* "" asks for nothing, as in llama-server */
+            if (param)
+                return pl_srv_fail(e, 400, "grammar", "invalid_value",
+                                   "'grammar' cannot be combined with a JSON 'response_format': give one of them");
+            param = "grammar";
+            gbnf = json_string_value(gr);
+        }
+    }
+    if (!absent(js)) {
+        if (!json_is_object(js) && !json_is_boolean(js))
+            return pl_srv_fail(e, 400, "json_schema", "invalid_type", "'json_schema' must be a JSON schema object");
+        if (param)
+            return pl_srv_fail(e, 400, "json_schema", "invalid_value",
+                               "'json_schema' cannot be combined with '%s': give one of them", param);
+        param = "json_schema";
+        schema = js;
+    }
+    if (!param) return 0;
+    if (r->grammar)
+        return pl_srv_fail(e, 400, param, "invalid_value",
+                           "'%s' cannot be combined with tool_choice \"required\" or a named function (the tool "
+                           "call's grammar already constrains the output)", param);
+    pl_status st;
+    if (gbnf) {
+        st = pl_grammar_from_gbnf(s->model, gbnf, json_string_length(gr), &r->grammar);
+    } else {
+        char *text = any_object ? strdup("{\"type\":\"json_object\"}")
+                                : schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : strdup("true");
+        if (!text) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+        st = pl_grammar_from_json_schema(s->model, text, strlen(text), &r->grammar);
+        free(text);
+    }
+    if (st == PL_ERR_NO_MEMORY) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    if (st != PL_OK)
+        return pl_srv_fail(e, 400, param, st == PL_ERR_UNSUPPORTED ? "unsupported_parameter" : "invalid_value",
+                           "invalid '%s': %s", param, pl_last_error());
+    /* The output is the client's format: never reinterpreted as tool calls
+     * (a JSON answer {"name": ..., "parameters": ...} is content). */
+    r->tool_names[0] = 0;
     return 0;
 }
 
@@ -371,6 +472,30 @@ static json_t *calls_json(pl_srv_request *r, pl_srv_seq *q, json_t *calls, size_
         json_t *o = json_pack("{s:s, s:s, s:{s:O, s:O}}", "id", id, "type", "function", "function", "name",
                               json_object_get(c, "name"), "arguments", json_object_get(c, "arguments"));
         if (stream) json_object_set_new(o, "index", json_integer((json_int_t)k));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+/* Streamed call events (pl_srv_tools_stream) in OpenAI's delta shape: a
+ * call's first event carries its index, id, type and name (arguments ""
+ * or whole), later ones argument fragments under the same index. */
+static json_t *stream_calls_json(pl_srv_request *r, pl_srv_seq *q, json_t *deltas) {
+    json_t *a = json_array();
+    size_t i;
+    json_t *d;
+    json_array_foreach(deltas, i, d) {
+        json_t *idx = json_object_get(d, "index"), *name = json_object_get(d, "name");
+        json_t *fn = json_pack("{s:O}", "arguments", json_object_get(d, "arguments"));
+        json_t *o = json_pack("{s:O}", "index", idx);
+        if (name) {
+            char id[32];
+            pl_srv_tools_call_id(r->id, q->index, (size_t)json_integer_value(idx), id);
+            json_object_set_new(o, "id", json_string(id));
+            json_object_set_new(o, "type", json_string("function"));
+            json_object_set(fn, "name", name);
+        }
+        json_object_set_new(o, "function", fn);
         json_array_append_new(a, o);
     }
     return a;
@@ -835,6 +960,21 @@ static int setup_sampler_mods(pl_srv_request *r, pl_srv_seq *q, pl_srv_error *e)
     return 0;
 }
 
+/* A new choice's own grammar state (a clone: compiled rules and vocabulary
+ * index are shared), past the prefilled start of a forced tool call, on its
+ * sampler; and the tool parser's text starts with that prefill. */
+static int setup_grammar(pl_srv_request *r, pl_srv_seq *q, pl_srv_error *e) {
+    size_t np = strlen(r->tool_prefill);
+    if (pl_srv_buf_add(&q->tool_text, r->tool_prefill, np)) return pl_srv_fail(e, 500, NULL, NULL, "out of memory");
+    if (!r->grammar) return 0;
+    pl_status st = pl_grammar_clone(r->grammar, &q->grammar);
+    if (st == PL_OK && r->tool_grammar && np) st = pl_grammar_accept_text(q->grammar, r->tool_prefill, np);
+    if (st != PL_OK)
+        return pl_srv_fail(e, 500, NULL, NULL, "cannot set up the grammar: %s", pl_last_error());
+    pl_sampler_set_grammar(q->smp, q->grammar);
+    return 0;
+}
+
 static int parse_sampling(json_t *body, pl_srv_request *r, pl_srv_error *e, bool *seed_given, uint64_t *seed) {
     json_t *v;
     double d;
@@ -948,6 +1088,12 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             r->parse_reasoning = strcmp(x, "none") != 0;
         }
         if (parse_tools(s, body, kwargs, r, e)) goto bad;
+        if (parse_structured(s, body, r, e)) goto bad;
+        /* A grammar leaves no room for a reasoning block: templates that
+         * can skip it (Qwen3's enable_thinking) are asked to, unless the
+         * client chose, and the whole output is content. */
+        if (r->grammar && !json_object_get(kwargs, "enable_thinking"))
+            json_object_set_new(kwargs, "enable_thinking", json_false());
         msgs = normalize_messages(json_object_get(body, "messages"), e);
         if (!msgs) goto bad;
         if (check_message_bytes(s, msgs, e)) goto bad;
@@ -956,6 +1102,7 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
         if (pl_srv_chat_prompt_ex(s, msgs, kwargs, &ids, &n, &r->think_open, r->tool_prefill[0] ? r->tool_prefill : NULL,
                                   e))
             goto bad;
+        if (r->grammar) r->think_open = r->parse_reasoning = false;
         if (add_prompt(r, ids, n)) { pl_srv_fail(e, 500, NULL, NULL, "out of memory"); goto bad; }
     } else {
         /* A batch that needs more slots than there are is refused before any
@@ -970,6 +1117,7 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             unsupported(e, "tool_choice", "tools are for /v1/chat/completions");
             goto bad;
         }
+        if (parse_structured(s, body, r, e)) goto bad;
         json_t *p = json_object_get(body, "prompt");
         size_t np = json_is_array(p) && !json_is_integer(json_array_get(p, 0)) ? json_array_size(p) : 1;
         if ((long long)np * n_choices > s->n_seq) {
@@ -1023,6 +1171,7 @@ pl_srv_request *pl_srv_parse_request(pl_srv *s, pl_srv_kind kind, json_t *body, 
             goto bad;
         }
         if (setup_sampler_mods(r, q, e)) goto bad;
+        if (setup_grammar(r, q, e)) goto bad;
     }
     snprintf(r->id, sizeof r->id, "%s%016llx%08llx", kind == PL_SRV_CHAT ? "chatcmpl-" : "cmpl-",
              (unsigned long long)srv_random(), (unsigned long long)(srv_random() & 0xffffffffu));
@@ -1131,24 +1280,45 @@ json_t *pl_srv_chunk_json(pl_srv *s, pl_srv_request *r, int index, bool role, co
     json_t *tool_delta = NULL;
     pl_srv_buf tc = {0};
     if (tq && (content || finish)) {
-        /* Tools: the delta is the difference between the scan of the text
-         * already sent and the scan of the text now (server_tools.h); at the
-         * end, the final scan releases what was held back. Calls are sent
-         * whole once validated, so a malformed one can still become text. */
-        size_t upto = content ? (size_t)(content - tq->text.content.p) + n_content : tq->text.content.n;
-        size_t before = content ? (size_t)(content - tq->text.content.p) : upto;
-        pl_srv_buf ca = {0};
-        json_t *a = scan_seq(r, tq, before, false, &ca), *b = scan_seq(r, tq, upto, finish != NULL, &tc);
-        if (a && b) {
-            size_t off = ca.n < tc.n ? ca.n : tc.n;
-            content = tc.n > off ? tc.p + off : NULL;
-            n_content = tc.n - off;
-            if (json_array_size(b) > json_array_size(a)) tool_delta = calls_json(r, tq, b, json_array_size(a), true);
-            if (finish && json_array_size(b) && !strcmp(finish, "stop")) finish = "tool_calls";
+        /* Tools: the new text goes through the incremental parser
+         * (server_tools.h), which releases the content and call events it
+         * has decided; with a tool grammar, arguments stream in fragments. */
+        /* content is a slice of the choice's released text (the callers
+         * pass one); anything else stands for all of it */
+        size_t upto = tq->text.content.n;
+        uintptr_t c0 = (uintptr_t)content, b0 = (uintptr_t)tq->text.content.p;
+        if (content && b0 && c0 >= b0 && c0 - b0 + n_content <= upto) upto = (size_t)(c0 - b0) + n_content;
+        content = NULL;
+        n_content = 0;
+        json_t *deltas = json_array();
+        int rc = !deltas;
+        if (!rc && upto > tq->tool_fed) {
+            rc = pl_srv_buf_add(&tq->tool_text, tq->text.content.p + tq->tool_fed, upto - tq->tool_fed);
+            tq->tool_fed = upto;
         }
-        json_decref(a);
-        json_decref(b);
-        pl_srv_buf_free(&ca);
+        if (!rc)
+            rc = pl_srv_tools_stream(&tq->ts, tq->tool_text.p ? tq->tool_text.p : "", tq->tool_text.n, r->tool_names,
+                                     finish != NULL, r->tool_grammar, r->parallel_tool_calls ? SIZE_MAX : 1, &tc,
+                                     deltas);
+        if (!rc && !tq->tool_said && all_space(tc.p, tc.n)) {
+            /* Only whitespace so far (the newline between two calls): held
+             * until text follows, dropped at the end if calls came. */
+            rc = pl_srv_buf_add(&tq->tool_ws, tc.p, tc.n);
+            tc.n = 0;
+            if (!rc && finish && !tq->ts.n_calls && tq->tool_ws.n) rc = pl_srv_buf_add(&tc, tq->tool_ws.p, tq->tool_ws.n);
+        } else if (!rc && !tq->tool_said) {
+            tq->tool_said = true;
+            pl_srv_buf all = {0};
+            rc = pl_srv_buf_add(&all, tq->tool_ws.p, tq->tool_ws.n) || pl_srv_buf_add(&all, tc.p, tc.n);
+            pl_srv_buf_free(&tc);
+            tc = all;
+        }
+        if (!rc) {
+            if (tc.n) { content = tc.p; n_content = tc.n; }
+            if (json_array_size(deltas)) tool_delta = stream_calls_json(r, tq, deltas);
+            if (finish && tq->ts.n_calls && !strcmp(finish, "stop")) finish = "tool_calls";
+        }
+        json_decref(deltas);
     }
     if (chat) {
         json_t *delta = json_object();

@@ -28,6 +28,7 @@
  * prefill (tests/server/test_prompt_cache.py checks token identity).
  */
 #include "server.h"
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,8 +84,12 @@ void pl_srv_request_unref(pl_srv_request *r) {
         free(r->seqs[i].tokens);
         free(r->seqs[i].lps);
         pl_sampler_free(r->seqs[i].smp);
+        pl_grammar_free(r->seqs[i].grammar);  /* after its sampler, which points at it */
+        pl_srv_buf_free(&r->seqs[i].tool_text);
+        pl_srv_buf_free(&r->seqs[i].tool_ws);
     }
     free(r->seqs);
+    pl_grammar_free(r->grammar);
     for (int i = 0; i < r->n_prompts; i++) pl_free(r->prompts[i]);
     free(r->prompts);
     free(r->n_prompt_tok);
@@ -317,6 +322,17 @@ static void admit(pl_srv *s) {
     s->slots_busy = s->n_seq - free_slots(s);
 }
 
+/* No NaN or +Inf, and not all -Inf: what pl_sampler_sample refuses a row
+ * for, so a -1 on a sane row is the grammar's doing. */
+static bool row_is_sane(const float *row, int32_t n) {
+    bool finite = false;
+    for (int32_t i = 0; i < n; i++) {
+        if (isnan(row[i]) || row[i] == INFINITY) return false;
+        if (row[i] > -INFINITY) finite = true;
+    }
+    return finite;
+}
+
 /* Records a sampled token; decides whether the sequence ends here. */
 static void seq_token(pl_srv *s, pl_srv_seq *q, int32_t tok, uint64_t *n_gen) {
     pl_srv_request *r = q->req;
@@ -349,6 +365,8 @@ static void seq_token(pl_srv *s, pl_srv_seq *q, int32_t tok, uint64_t *n_gen) {
 
     q->next_tok = tok;
     q->state = PL_SEQ_DECODE;
+    /* A grammar that admits nothing more ends the output as a stop would. */
+    if (!finish && q->grammar && pl_grammar_is_done(q->grammar)) finish = "stop";
     if (!finish && r->max_tokens >= 0 && (long long)n_gen_seq >= r->max_tokens) finish = "length";
     /* The token would be fed at q->pos: past the context there is no room. */
     if (!finish && q->pos >= s->n_ctx) finish = "length";
@@ -499,6 +517,12 @@ static void *sched_main(void *arg) {
             if (q->state == PL_SEQ_DONE) continue;
             const float *row = logits + (size_t)i * n_vocab;
             int32_t t = pl_sampler_sample(q->smp, row);
+            /* A grammar that allows no token of this vocabulary here (a
+             * dead end the model cannot spell): the output ends cleanly. */
+            if (t < 0 && q->grammar && row_is_sane(row, n_vocab)) {
+                if (seq_finish(s, q, "stop")) pl_srv_request_unref(q->req);
+                continue;
+            }
             /* -1: NaN/Inf logits (broken weights). Feeding -1 on as a token
              * read out of bounds; the request fails with the reason. */
             if (t < 0 || pl_srv_record_logprobs(s, q, row, t) != 0) {
