@@ -8,12 +8,16 @@
 
 Modules: pocketllm.native (the ctypes bridge to libpocketllm),
 pocketllm.gguf (a pure-numpy GGUF reader), pocketllm.chat (chat templates),
+pocketllm.chat_template (ChatTemplate: the C renderer, parse once, render
+many), pocketllm.introspect (backends, devices, architectures, ops),
 pocketllm.errors (the exception hierarchy).
 """
 from .errors import (ChatTemplateError, ContextFullError, DoesNotFitError, FileIOError, FormatError,
                      InternalError, InvalidArgumentError, LibraryNotFoundError, NotFoundError, OutOfMemoryError,
                      PocketLLMError, UnsupportedError)
 from .model import Completion, Model, Sampler, Session, Stream, Usage
+from .chat_template import ChatTemplate
+from .introspect import architectures, backends, devices, ops
 from . import gguf
 
 __version__ = "0.1.0"
@@ -23,6 +27,7 @@ __all__ = [
     "PocketLLMError", "InvalidArgumentError", "FileIOError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "NotFoundError", "ContextFullError", "DoesNotFitError", "InternalError",
     "LibraryNotFoundError", "ChatTemplateError",
+    "ChatTemplate", "backends", "devices", "architectures", "ops",
 ]
 
 
