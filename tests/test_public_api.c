@@ -278,6 +278,82 @@ static void test_template_from_model(void) {
     CHECK(pl_chat_template_from_model(NULL, &t) == PL_ERR_INVALID_ARG, "NULL model");
 }
 
+/* pl_model_meta_str hands out values of any length (it once had a 64 KiB
+ * buffer, and a long chat template silently became ChatML): the fixture's
+ * template grown past 64 KiB by a leading comment. The file is rewritten by
+ * hand: the value grows by a multiple of the alignment, so the data section
+ * moves by exactly that and every tensor offset stays valid. */
+static void test_meta_str_long(void) {
+    size_t flen = 0;
+    char *in = pl_read_file(pl_fixture("models/tiny-qwen3-f32.gguf"), &flen);
+    pl_inspect *f = NULL;
+    CHECK(in && pl_inspect_open(pl_fixture("models/tiny-qwen3-f32.gguf"), &f) == PL_OK, "fixture");
+    uint64_t align = f ? pl_inspect_alignment(f) : 32;
+    pl_inspect_close(f);
+    const char key[] = "tokenizer.chat_template";
+    char *at = in ? memmem(in, flen, key, sizeof key - 1) : NULL;
+    CHECK(at != NULL, "no template key");
+    if (!at) {
+        free(in);
+        return;
+    }
+    /* key bytes, then u32 type (8 = string), u64 length, the bytes */
+    char *lenp = at + sizeof key - 1 + 4;
+    uint64_t old_len;
+    memcpy(&old_len, lenp, 8);
+    const char *old_val = lenp + 8;
+    size_t pad = 70000;
+    while ((pad + 8) % align) pad++;     /* "{#- " + pad + " -#}" grows the value by pad + 8 */
+    uint64_t new_len = old_len + pad + 8;
+    size_t out_len = flen + pad + 8;
+    char *out = malloc(out_len), *w = out;
+    size_t head = (size_t)(lenp - in);
+    memcpy(w, in, head);
+    w += head;
+    memcpy(w, &new_len, 8);
+    w += 8;
+    memcpy(w, "{#- ", 4);
+    memset(w + 4, 'p', pad);
+    memcpy(w + 4 + pad, " -#}", 4);
+    w += pad + 8;
+    memcpy(w, old_val, flen - head - 8);
+    char path[] = "/tmp/pl_test_meta_str_XXXXXX";
+    int fd = mkstemp(path);
+    FILE *fp = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    CHECK(fp && fwrite(out, 1, out_len, fp) == out_len, "write %s", path);
+    if (fp) fclose(fp);
+
+    pl_model_params mp = pl_model_default_params();
+    mp.vocab_only = true;
+    pl_model *m = NULL, *orig = NULL;
+    CHECK(pl_model_load(path, &mp, &m) == PL_OK, "load the long-template file: %s", pl_last_error());
+    CHECK(pl_model_load(pl_fixture("models/tiny-qwen3-f32.gguf"), &mp, &orig) == PL_OK, "load");
+    if (fd >= 0) unlink(path);
+    const char *v = m ? pl_model_meta_str(m, key) : NULL;
+    CHECK(v && strlen(v) == new_len && new_len >= 65536 && !memcmp(v + pad + 8, old_val, old_len),
+          "meta_str of a %llu-byte value: %s", (unsigned long long)new_len, v ? "wrong bytes" : pl_last_error());
+    /* and the long template renders what the original does */
+    pl_chat_template *tl = NULL, *to = NULL;
+    const char *ctx = "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"add_generation_prompt\": true}";
+    pl_chat_template_params p = pl_chat_template_default_params();
+    p.context = ctx;
+    pl_status st;
+    if (m && orig && pl_chat_template_from_model(m, &tl) == PL_OK && pl_chat_template_from_model(orig, &to) == PL_OK) {
+        char *a = apply(tl, &p, &st), *b = apply(to, &p, &st);
+        CHECK(a && b && !strcmp(a, b), "the long template renders differently");
+        pl_free(a);
+        pl_free(b);
+    } else {
+        CHECK(false, "from_model: %s", pl_last_error());
+    }
+    pl_chat_template_free(tl);
+    pl_chat_template_free(to);
+    pl_model_free(m);
+    pl_model_free(orig);
+    free(out);
+    free(in);
+}
+
 /* ---- sessions: rewind; the model's KV-cache slot lengths --------------------*/
 
 static float max_diff(const float *a, const float *b, int32_t n) {
@@ -521,6 +597,7 @@ int main(void) {
     test_template_params();
     test_template_fixture_cases();
     test_template_from_model();
+    test_meta_str_long();
     test_rewind_and_kv();
     test_backends_and_devices();
     test_architectures();
