@@ -83,8 +83,8 @@ PL_API pl_status pl_model_forward(pl_model *m, const pl_batch *b, float *logits)
         int32_t seq = b->seq ? b->seq[i] : 0;
         if (b->pos[i] > len[seq])
             st = pl_errorf(PL_ERR_INVALID_ARG,
-                           "position %d of slot %d leaves a gap: the slot's cache holds positions 0..%d only "
-                           "(evaluate from there, or rewind first)", b->pos[i], seq, len[seq] - 1);
+                           "position %d of slot %d leaves a gap: the slot's cache holds %d positions, so the next "
+                           "token goes at position %d at most", b->pos[i], seq, len[seq], len[seq]);
         len[seq] = b->pos[i] + 1;
     }
     if (len != len_small) free(len);
