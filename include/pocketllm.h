@@ -127,6 +127,47 @@ PL_API void pl_free(void *p);
 PL_API pl_status pl_chat_apply_template(const pl_model *model, const char *template_text,
                                         const char *context_json, char **text, size_t *len);
 
+/* ---- chat templates: parse once, render many times ------------------------
+ * A parsed template is immutable: render it as often as you like, from
+ * several threads at once. pl_chat_apply_template above is this API in one
+ * call (it parses on every call). */
+typedef struct pl_chat_template pl_chat_template;
+
+/* Parses template text (len bytes; a NUL byte inside is refused). Syntax
+ * errors are PL_ERR_FORMAT "chat template syntax error at line L, column C:
+ * ..."; include/extends and the like are PL_ERR_UNSUPPORTED. */
+PL_API pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out);
+/* The model file's tokenizer.chat_template, parsed, with the texts of the
+ * model's BOS/EOS tokens as the template's default bos_token/eos_token.
+ * PL_ERR_NOT_FOUND when the file has no template. */
+PL_API pl_status pl_chat_template_from_model(const pl_model *model, pl_chat_template **out);
+PL_API void pl_chat_template_free(pl_chat_template *t);
+
+/* What one rendering gets. Every JSON text is parsed on each call; absent
+ * (NULL) fields leave their template variable undefined unless context
+ * holds it. Precedence: context's keys, then the fields below override. */
+typedef struct pl_chat_template_params {
+    const char *messages;        /* JSON array of {"role": ..., "content": ...}; NULL = none */
+    const char *tools;           /* JSON array of tool definitions; NULL = none */
+    int add_generation_prompt;   /* > 0 sets it true, 0 false; < 0 (default -1) leaves it alone */
+    const char *context;         /* JSON object of further variables ("enable_thinking",
+                                    "date_string", ... or all of them); NULL = none */
+    const char *bos_token;       /* NULL = context's, else the template's default (the
+                                    model's, for pl_chat_template_from_model), else undefined */
+    const char *eos_token;       /* the same for eos_token */
+    const int64_t *now;          /* the time strftime_now() formats, in seconds since the
+                                    Unix epoch, rendered as UTC; NULL = the clock, local time */
+} pl_chat_template_params;
+
+PL_API pl_chat_template_params pl_chat_template_default_params(void);
+/* Renders t into a malloc'd, NUL-terminated *text (free with pl_free; it may
+ * hold NUL bytes: use *len). Bad JSON or a context that is not an object is
+ * PL_ERR_INVALID_ARG; a template's raise_exception("msg") fails with
+ * PL_ERR_INVALID_ARG and exactly msg; other render errors are
+ * PL_ERR_INVALID_ARG "chat template error at line L: ...". */
+PL_API pl_status pl_chat_template_apply(const pl_chat_template *t, const pl_chat_template_params *params,
+                                        char **text, size_t *len);
+
 /* ---- sessions and decoding ------------------------------------------------*/
 
 /* A session owns one sequence: a KV-cache slot and its position. */
@@ -134,6 +175,11 @@ PL_API pl_status pl_session_create(pl_model *model, pl_session **out);
 PL_API void pl_session_free(pl_session *s);
 PL_API int32_t pl_session_pos(const pl_session *s);
 PL_API void pl_session_reset(pl_session *s);
+/* Drops the tokens of the sequence from position pos on (0 <= pos <=
+ * pl_session_pos, else PL_ERR_INVALID_ARG): the next eval continues at pos
+ * and the KV cache forgets what followed (pl_model_kv_truncate). An editor of
+ * the history evaluates only what changed after the common prefix. */
+PL_API pl_status pl_session_rewind(pl_session *s, int32_t pos);
 
 /* Appends tokens to the sequence (prefill in batches of n_batch). If logits
  * is non-NULL it receives the n_vocab logits after the last token; if any of
@@ -152,8 +198,18 @@ typedef struct pl_batch {
     const bool *want_logits;
 } pl_batch;
 PL_API pl_status pl_model_forward(pl_model *model, const pl_batch *batch, float *logits);
-/* Forgets slot seq's cache from position pos onwards. */
+/* Forgets slot seq's cache from position pos onwards (pos below 0 counts as
+ * 0; a pos past the slot's end, or a bad seq, changes nothing).
+ *
+ * The model keeps each slot's length: the positions 0..len-1 its cache holds.
+ * A token written at pos sets its slot's length to pos + 1 (so rewriting an
+ * earlier position also forgets what followed it). pl_model_forward refuses,
+ * with PL_ERR_INVALID_ARG, a token whose position is past its slot's length
+ * (batch order counts): attention would read rows that hold nothing or
+ * another sequence's stale data. pl_session_create starts its slot empty. */
 PL_API void pl_model_kv_truncate(pl_model *model, int32_t seq, int32_t pos);
+/* The length of slot seq's cache (see above); -1 for a bad model or seq. */
+PL_API int32_t pl_model_kv_len(const pl_model *model, int32_t seq);
 
 /* ---- sampling -------------------------------------------------------------*/
 
@@ -265,6 +321,69 @@ PL_API bool pl_grammar_is_done(const pl_grammar *g);
  * it is not allowed (same result as masking first). When no token is allowed
  * pl_sampler_sample returns -1 with the reason in pl_last_error(). */
 PL_API void pl_sampler_set_grammar(pl_sampler *s, pl_grammar *g);
+
+/* ---- introspection: backends, devices, architectures, ops ------------------
+ * Read-only facts about this build, read from the kernel dispatch tables and
+ * the architecture registry themselves (what `pocketllm backends`, `devices`,
+ * `architectures` and `ops` print). Each list is indexed 0 .. count-1 in a
+ * fixed order (backends: preference order). Every string returned is static:
+ * valid for the life of the process. Nothing here loads a model, opens a
+ * library or starts a driver. An index out of range is PL_ERR_INVALID_ARG.
+ *
+ * Lists of names (dtypes) are returned by filling names[0 .. cap-1] and
+ * setting *n to the full count, so a caller may ask with cap = 0 first. */
+
+typedef struct pl_backend_info {
+    const char *name;        /* "ref", "cpu", "cuda", ...: what pl_model_params.device takes */
+    const char *summary;     /* one line; "" when there is none */
+    const char *awaits;      /* NULL when implemented; else the runtime it waits for */
+    bool implemented;        /* it has kernels and can run a model */
+} pl_backend_info;
+PL_API int32_t pl_backend_count(void);
+PL_API pl_status pl_backend_get(int32_t i, pl_backend_info *out);
+/* The index of the backend called name; -1 if there is none. */
+PL_API int32_t pl_backend_index(const char *name);
+/* The dtypes backend i has kernels for on op (an index of the op list below),
+ * in dispatch-table order; "any" names a kernel that takes every dtype. */
+PL_API pl_status pl_backend_op_dtypes(int32_t i, int32_t op, const char **names, size_t cap, size_t *n);
+
+/* The device probe of backend i: is its device on this machine? It looks at
+ * the filesystem and CPUID only. *available receives the answer; detail
+ * (may be NULL) a short line ("avx fma f16c", "no /dev/nvidia0", "host
+ * memory" for a backend without a device), truncated to cap - 1 bytes. A
+ * backend that is available but not implemented still cannot run a model. */
+PL_API pl_status pl_device_probe(int32_t i, bool *available, char *detail, size_t cap);
+
+typedef struct pl_arch_info {
+    const char *name;        /* general.architecture value ("qwen3") */
+    const char *summary;
+    int32_t n_keys;          /* GGUF keys it reads (pl_arch_key) */
+} pl_arch_info;
+PL_API int32_t pl_arch_count(void);
+PL_API pl_status pl_arch_get(int32_t i, pl_arch_info *out);
+/* GGUF key k (0 .. n_keys-1) of architecture i, with "{arch}" replaced by the
+ * architecture's name ("qwen3.block_count"), NUL-terminated into buf. *len
+ * (may be NULL) receives its length even when cap is too small (then
+ * PL_ERR_INVALID_ARG). */
+PL_API pl_status pl_arch_key(int32_t i, int32_t k, char *buf, size_t cap, size_t *len);
+
+typedef struct pl_op_info {
+    const char *name;        /* "matmul", "rms_norm", ... */
+    const char *summary;     /* one line; "" when there is none */
+    const char *shape_rule;  /* the shape contract, in words; "" when none */
+    const char *params;      /* its parameters, in words; "" when none */
+    int32_t n_inputs;
+    int32_t key_input;       /* the input whose dtype selects the kernel; -1 = the output's */
+} pl_op_info;
+PL_API int32_t pl_op_count(void);
+PL_API pl_status pl_op_get(int32_t op, pl_op_info *out);
+/* The index of the op called name; -1 if there is none. */
+PL_API int32_t pl_op_index(const char *name);
+/* Input k of op (0 .. n_inputs-1, or -1 for the output): its name ("" when
+ * unnamed; "output" for -1) and the dtypes the schema allows for it. name may
+ * be NULL. */
+PL_API pl_status pl_op_operand(int32_t op, int32_t k, const char **name, const char **dtypes, size_t cap,
+                               size_t *n);
 
 /* ---- inspecting a GGUF file (no model needed) -----------------------------*/
 

@@ -9,6 +9,8 @@
 Modules: pocketllm.native (the ctypes bridge to libpocketllm),
 pocketllm.gguf (a pure-numpy GGUF reader), pocketllm.chat (chat templates),
 pocketllm.quant (quantize, fit planning, the quantization types),
+pocketllm.chat_template (ChatTemplate: the C renderer, parse once, render
+many), pocketllm.introspect (backends, devices, architectures, ops),
 pocketllm.errors (the exception hierarchy).
 """
 from .errors import (ChatTemplateError, ContextFullError, DoesNotFitError, FileIOError, FormatError,
@@ -16,6 +18,8 @@ from .errors import (ChatTemplateError, ContextFullError, DoesNotFitError, FileI
                      PocketLLMError, UnsupportedError)
 from .model import Completion, Model, Sampler, Session, Stream, Usage
 from .quant import fit, quant_types, quantize, tensor_types
+from .chat_template import ChatTemplate
+from .introspect import architectures, backends, devices, ops
 from . import gguf
 
 __version__ = "0.1.0"
@@ -26,6 +30,7 @@ __all__ = [
     "PocketLLMError", "InvalidArgumentError", "FileIOError", "FormatError", "UnsupportedError",
     "OutOfMemoryError", "NotFoundError", "ContextFullError", "DoesNotFitError", "InternalError",
     "LibraryNotFoundError", "ChatTemplateError",
+    "ChatTemplate", "backends", "devices", "architectures", "ops",
 ]
 
 

@@ -141,6 +141,14 @@ class Session:
     def reset(self) -> None:
         native.session_reset(self._handle)
 
+    def rewind(self, pos: int) -> None:
+        """Drops the tokens from position pos on (0 <= pos <= self.pos):
+        the next eval continues at pos and the KV cache forgets the rest,
+        so an edited history re-evaluates only what follows the common
+        prefix. InvalidArgumentError for pos out of range."""
+        with self.model._lock:
+            native.session_rewind(self._handle, pos)
+
     def eval(self, ids: Sequence[int], logits: bool | np.ndarray = True) -> np.ndarray | None:
         """Appends ids; returns the logits after the last one (float32
         [n_vocab]), or None when logits=False. A preallocated float32
@@ -428,13 +436,25 @@ class Model:
                 s.eval([t], out[i])
             return out
 
+    def kv_truncate(self, seq: int, pos: int) -> None:
+        """pl_model_kv_truncate: slot seq's cache forgets positions pos on."""
+        with self._lock:
+            native.model_kv_truncate(self._handle, seq, pos)
+
+    def kv_len(self, seq: int = 0) -> int:
+        """The positions 0..kv_len-1 slot seq's cache holds (forward() refuses
+        a token past it: a gap); -1 for a slot that does not exist."""
+        return native.model_kv_len(self._handle, seq)
+
     def forward(self, tokens: Sequence[int], pos: Sequence[int], seq: Sequence[int] | int = 0,
                 want_logits: Sequence[bool] | None = None) -> np.ndarray:
         """pl_model_forward: one batch of tokens, each with its own position
         and KV-cache slot (0 .. sequences-1). Returns float32
         [n_wanted, n_vocab] logits for the tokens whose want_logits is set
         (default: the last token only). Slots used here must not belong to a
-        live Session; pl_model_kv_truncate semantics apply to rewrites."""
+        live Session. A token may land at most one position past what its slot
+        holds (kv_len; InvalidArgumentError otherwise); writing an earlier
+        position ends the slot's sequence there (see kv_truncate)."""
         n = len(tokens)
         if isinstance(seq, (int, np.integer)):
             seq = [int(seq)] * n

@@ -225,6 +225,54 @@ _DECLS: dict[str, tuple] = {
 _OPTIONAL = {name for name in _DECLS if name.startswith("pl_inspect_")} | {
     "pl_sampler_set_penalties", "pl_sampler_set_logit_bias", "pl_sampler_add_history", "pl_logprobs"}
 
+# Introspection, the chat-template handle, session rewind and slot lengths
+# (pocketllm.h, issue 19): optional, so an older library still loads.
+
+
+class BackendInfo(Structure):
+    _fields_ = [("name", c_char_p), ("summary", c_char_p), ("awaits", c_char_p), ("implemented", c_bool)]
+
+
+class ArchInfo(Structure):
+    _fields_ = [("name", c_char_p), ("summary", c_char_p), ("n_keys", c_int32)]
+
+
+class OpInfo(Structure):
+    _fields_ = [("name", c_char_p), ("summary", c_char_p), ("shape_rule", c_char_p), ("params", c_char_p),
+                ("n_inputs", c_int32), ("key_input", c_int32)]
+
+
+class ChatTemplateParams(Structure):
+    _fields_ = [("messages", c_char_p), ("tools", c_char_p), ("add_generation_prompt", c_int),
+                ("context", c_char_p), ("bos_token", c_char_p), ("eos_token", c_char_p),
+                ("now", POINTER(c_int64))]
+
+
+_API_DECLS: dict[str, tuple] = {
+    "pl_backend_count": (c_int32, []),
+    "pl_backend_get": (STATUS, [c_int32, POINTER(BackendInfo)]),
+    "pl_backend_index": (c_int32, [c_char_p]),
+    "pl_backend_op_dtypes": (STATUS, [c_int32, c_int32, POINTER(c_char_p), c_size_t, POINTER(c_size_t)]),
+    "pl_device_probe": (STATUS, [c_int32, POINTER(c_bool), POINTER(c_char), c_size_t]),
+    "pl_arch_count": (c_int32, []),
+    "pl_arch_get": (STATUS, [c_int32, POINTER(ArchInfo)]),
+    "pl_arch_key": (STATUS, [c_int32, c_int32, POINTER(c_char), c_size_t, POINTER(c_size_t)]),
+    "pl_op_count": (c_int32, []),
+    "pl_op_get": (STATUS, [c_int32, POINTER(OpInfo)]),
+    "pl_op_index": (c_int32, [c_char_p]),
+    "pl_op_operand": (STATUS, [c_int32, c_int32, POINTER(c_char_p), POINTER(c_char_p), c_size_t,
+                               POINTER(c_size_t)]),
+    "pl_chat_template_parse": (STATUS, [c_char_p, c_size_t, _ptr_out]),
+    "pl_chat_template_from_model": (STATUS, [_p, _ptr_out]),
+    "pl_chat_template_free": (None, [_p]),
+    "pl_chat_template_default_params": (ChatTemplateParams, []),
+    "pl_chat_template_apply": (STATUS, [_p, POINTER(ChatTemplateParams), POINTER(c_void_p), POINTER(c_size_t)]),
+    "pl_session_rewind": (STATUS, [_p, c_int32]),
+    "pl_model_kv_len": (c_int32, [_p, c_int32]),
+}
+_DECLS.update(_API_DECLS)
+_OPTIONAL |= set(_API_DECLS)
+
 _lib = None
 _lib_path: Path | None = None
 _lib_lock = threading.Lock()
@@ -473,6 +521,153 @@ def model_forward(m: int, tokens, pos, seq, want_logits, logits: np.ndarray | No
 
 def model_kv_truncate(m: int, seq: int, pos: int) -> None:
     lib().pl_model_kv_truncate(m, int(seq), int(pos))
+
+
+def _api(name: str):
+    """The library, once it is known to export ``name`` (the newest calls
+    are optional: an older library still loads without them)."""
+    _need(name)
+    return lib()
+
+
+def session_rewind(s: int, pos: int) -> None:
+    _need("pl_session_rewind")(s, int(pos))
+
+
+def model_kv_len(m: int, seq: int) -> int:
+    return _need("pl_model_kv_len")(m, int(seq))
+
+
+# ---- introspection -------------------------------------------------------------
+
+
+def _names(fn, *args) -> list[str]:
+    """A list-of-names call (names, cap, *n): asks for the count, then the names."""
+    n = c_size_t()
+    fn(*args, None, 0, byref(n))
+    arr = (c_char_p * max(n.value, 1))()
+    fn(*args, arr, n.value, byref(n))
+    return [_s(arr[i]) for i in range(n.value)]
+
+
+def backends() -> list[dict]:
+    """Every backend (preference order): name, summary, implemented, awaits,
+    and the dtypes of its kernels per op."""
+    L = _api("pl_backend_count")
+    ops = [op_info(i)["name"] for i in range(L.pl_op_count())]
+    out = []
+    info = BackendInfo()
+    for b in range(L.pl_backend_count()):
+        L.pl_backend_get(b, byref(info))
+        kernels = {}
+        for i, op in enumerate(ops):
+            names = _names(L.pl_backend_op_dtypes, b, i)
+            if names:
+                kernels[op] = names
+        out.append({"name": _s(info.name), "summary": _s(info.summary), "implemented": bool(info.implemented),
+                    "awaits": _s(info.awaits), "ops": kernels})
+    return out
+
+
+def device_probe(b: int) -> tuple[bool, str]:
+    """(available, detail) of backend b's device probe."""
+    L = _api("pl_device_probe")
+    avail = c_bool()
+    buf = ctypes.create_string_buffer(4096)
+    L.pl_device_probe(int(b), byref(avail), buf, len(buf))
+    return bool(avail.value), buf.value.decode("utf-8", "replace")
+
+
+def backend_index(name: str) -> int:
+    return _need("pl_backend_index")(name.encode())
+
+
+def architectures() -> list[dict]:
+    L = _api("pl_arch_count")
+    out = []
+    info = ArchInfo()
+    for a in range(L.pl_arch_count()):
+        L.pl_arch_get(a, byref(info))
+        keys = []
+        for k in range(info.n_keys):
+            n = c_size_t()
+            buf = ctypes.create_string_buffer(256)
+            try:
+                L.pl_arch_key(a, k, buf, len(buf), byref(n))
+            except InvalidArgumentError:
+                buf = ctypes.create_string_buffer(n.value + 1)
+                L.pl_arch_key(a, k, buf, len(buf), byref(n))
+            keys.append(buf.value.decode("utf-8", "replace"))
+        out.append({"name": _s(info.name), "summary": _s(info.summary), "keys": keys})
+    return out
+
+
+def op_info(op: int) -> dict:
+    L = _api("pl_op_get")
+    info = OpInfo()
+    L.pl_op_get(int(op), byref(info))
+    return {"name": _s(info.name), "summary": _s(info.summary), "shape_rule": _s(info.shape_rule),
+            "params": _s(info.params), "n_inputs": info.n_inputs, "key_input": info.key_input}
+
+
+def op_operand(op: int, k: int) -> tuple[str, list[str]]:
+    """(name, allowed dtypes) of input k of op (-1: the output)."""
+    L = _api("pl_op_operand")
+    name = c_char_p()
+    n = c_size_t()
+    L.pl_op_operand(int(op), int(k), byref(name), None, 0, byref(n))
+    arr = (c_char_p * max(n.value, 1))()
+    L.pl_op_operand(int(op), int(k), byref(name), arr, n.value, byref(n))
+    return _s(name.value), [_s(arr[i]) for i in range(n.value)]
+
+
+def op_count() -> int:
+    return _need("pl_op_count")()
+
+
+def op_index(name: str) -> int:
+    return _need("pl_op_index")(name.encode())
+
+
+# ---- chat-template handle -------------------------------------------------------
+
+
+def chat_template_parse(text: str) -> int:
+    b = text.encode("utf-8")
+    out = c_void_p()
+    _need("pl_chat_template_parse")(b, len(b), byref(out))
+    return out.value
+
+
+def chat_template_from_model(m: int) -> int:
+    out = c_void_p()
+    _need("pl_chat_template_from_model")(m, byref(out))
+    return out.value
+
+
+def chat_template_free(t: int) -> None:
+    lib().pl_chat_template_free(t)
+
+
+def chat_template_apply(t: int, messages: str | None, tools: str | None, add_generation_prompt: int,
+                        context: str | None, bos_token: str | None, eos_token: str | None,
+                        now: int | None) -> str:
+    """pl_chat_template_apply; JSON texts in, the rendered text out."""
+    L = _api("pl_chat_template_apply")
+    enc = (lambda s: None if s is None else s.encode("utf-8"))
+    p = L.pl_chat_template_default_params()
+    p.messages, p.tools, p.context = enc(messages), enc(tools), enc(context)
+    p.bos_token, p.eos_token = enc(bos_token), enc(eos_token)
+    p.add_generation_prompt = int(add_generation_prompt)
+    secs = c_int64(int(now)) if now is not None else None
+    p.now = ctypes.pointer(secs) if secs is not None else None
+    text = c_void_p()
+    n = c_size_t()
+    L.pl_chat_template_apply(t, byref(p), byref(text), byref(n))
+    try:
+        return ctypes.string_at(text, n.value).decode("utf-8", "replace") if n.value else ""
+    finally:
+        L.pl_free(text)
 
 
 # ---- sampling -----------------------------------------------------------------

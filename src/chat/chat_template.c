@@ -10,6 +10,10 @@
 struct pl_chat_template {
     jt_arena arena;
     jt_node *body;
+    /* bos_token / eos_token when the caller gives none (the model's, for a
+     * template taken from a model; pl_chat_template_set_default_tokens) */
+    char *bos, *eos;
+    size_t bos_len, eos_len;
 };
 
 pl_status pl_chat_template_parse(const char *text, size_t len, pl_chat_template **out) {
@@ -63,7 +67,37 @@ pl_status pl_chat_template_from_gguf(const pl_gguf *g, const char **text, size_t
 void pl_chat_template_free(pl_chat_template *t) {
     if (!t) return;
     jt_arena_free(&t->arena);
+    free(t->bos);
+    free(t->eos);
     free(t);
+}
+
+static pl_status copy_token(const char *s, size_t len, char **dst, size_t *dst_len) {
+    char *c = NULL;
+    if (s && !(c = malloc(len + 1))) return pl_errorf(PL_ERR_NO_MEMORY, "chat template: out of memory");
+    if (c) {
+        memcpy(c, s, len);
+        c[len] = 0;
+    }
+    free(*dst);
+    *dst = c;
+    *dst_len = s ? len : 0;
+    return PL_OK;
+}
+
+pl_status pl_chat_template_set_default_tokens(pl_chat_template *t, const char *bos, size_t bos_len, const char *eos,
+                                              size_t eos_len) {
+    if (!t) return pl_errorf(PL_ERR_INVALID_ARG, "chat template: invalid arguments");
+    PL_TRY(copy_token(bos, bos_len, &t->bos, &t->bos_len));
+    return copy_token(eos, eos_len, &t->eos, &t->eos_len);
+}
+
+void pl_chat_template_default_tokens(const pl_chat_template *t, const char **bos, size_t *bos_len, const char **eos,
+                                     size_t *eos_len) {
+    *bos = t->bos;
+    *bos_len = t->bos_len;
+    *eos = t->eos;
+    *eos_len = t->eos_len;
 }
 
 static void teardown(jt_ctx *c) {

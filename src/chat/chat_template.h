@@ -61,6 +61,14 @@ struct pl_gguf;
 pl_status pl_chat_template_from_gguf(const struct pl_gguf *g, const char **text, size_t *len,
                                      pl_chat_template **out);
 
+/* The bos_token / eos_token the public pl_chat_template_apply supplies when
+ * its caller gives none (copied; NULL = none). pl_chat_template_render does
+ * not use them: its context is all there is. */
+pl_status pl_chat_template_set_default_tokens(pl_chat_template *t, const char *bos, size_t bos_len, const char *eos,
+                                              size_t eos_len);
+void pl_chat_template_default_tokens(const pl_chat_template *t, const char **bos, size_t *bos_len, const char **eos,
+                                     size_t *eos_len);
+
 /* Renders into a malloc'd, NUL-terminated string (free with free()). opts
  * may be NULL. context must be a JSON object (or NULL for no variables). */
 pl_status pl_chat_template_render(const pl_chat_template *t, const struct json_t *context,

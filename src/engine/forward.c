@@ -72,6 +72,24 @@ PL_API pl_status pl_model_forward(pl_model *m, const pl_batch *b, float *logits)
         if (b->pos[i] < 0 || b->pos[i] >= m->n_ctx)
             return pl_errorf(PL_ERR_CONTEXT_FULL, "position %d is outside the context of %d tokens", b->pos[i], m->n_ctx);
     }
+    /* Every token must land at most one position past what its slot holds
+     * (batch order counts): attention reads rows 0..pos of the slot, and a
+     * gap would be rows holding nothing or a forgotten sequence. Checked on
+     * a copy of the lengths so a refused batch changes nothing. */
+    int32_t len_small[16], *len = m->n_seq <= 16 ? len_small : malloc((size_t)m->n_seq * sizeof *len);
+    if (!len) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    memcpy(len, m->kv_len, (size_t)m->n_seq * sizeof *len);
+    pl_status st = PL_OK;
+    for (int i = 0; i < b->n && st == PL_OK; i++) {
+        int32_t seq = b->seq ? b->seq[i] : 0;
+        if (b->pos[i] > len[seq])
+            st = pl_errorf(PL_ERR_INVALID_ARG,
+                           "position %d of slot %d leaves a gap: the slot's cache holds %d positions, so the next "
+                           "token goes at position %d at most", b->pos[i], seq, len[seq], len[seq]);
+        len[seq] = b->pos[i] + 1;
+    }
+    if (len != len_small) free(len);
+    if (st != PL_OK) return st;
     int start = 0;
     float *out = logits;
     while (start < b->n) {
@@ -83,13 +101,22 @@ PL_API pl_status pl_model_forward(pl_model *m, const pl_batch *b, float *logits)
             n++;
         }
         PL_TRY(run_chunk(m, b, start, n, &out));
+        /* the chunk's rows are written: its tokens now end their slots */
+        for (int i = start; i < start + n; i++) m->kv_len[b->seq ? b->seq[i] : 0] = b->pos[i] + 1;
         start += n;
     }
     return PL_OK;
 }
 
 PL_API void pl_model_kv_truncate(pl_model *m, int32_t seq, int32_t pos) {
-    /* Attention reads positions 0..pos of a slot only, so rows past a new
-     * sequence end are never read before they are rewritten: nothing to do. */
-    (void)m; (void)seq; (void)pos;
+    /* The rows themselves stay: attention never reads past a slot's length,
+     * and they are rewritten before the length grows over them again. */
+    if (!m || !m->kv_len || seq < 0 || seq >= m->n_seq) return;
+    if (pos < 0) pos = 0;
+    if (pos < m->kv_len[seq]) m->kv_len[seq] = pos;
+}
+
+PL_API int32_t pl_model_kv_len(const pl_model *m, int32_t seq) {
+    if (!m || !m->kv_len || seq < 0 || seq >= m->n_seq) return -1;
+    return m->kv_len[seq];
 }

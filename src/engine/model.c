@@ -314,7 +314,8 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
         m->in_out = m->in_ids + 3 * (size_t)m->n_batch;
     }
     m->slot_used = calloc((size_t)m->n_seq, sizeof(bool));
-    if (!m->kv_mem || !m->scratch || (work && !m->ctx->work) || !m->in_ids || !m->slot_used)
+    m->kv_len = calloc((size_t)m->n_seq, sizeof(int32_t));
+    if (!m->kv_mem || !m->scratch || (work && !m->ctx->work) || !m->in_ids || !m->slot_used || !m->kv_len)
         return pl_errorf(PL_ERR_NO_MEMORY, "cannot allocate %.1f MiB for the KV cache and scratch",
                          (kv_total + scratch + work) / 1048576.0);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -467,6 +468,7 @@ PL_API void pl_model_free(pl_model *m) {
     free(m->v_cache);
     free(m->in_ids); /* in_pos, in_seq, in_out point into it */
     free(m->slot_used);
+    free(m->kv_len);
     free(m->layers);
     free(m->weights);
     free(m->weight_used);

@@ -72,6 +72,9 @@ struct pl_model {
     void *weights_dev;               /* every used weight, packed as in the file */
     void *inputs_dev;                /* 4 x n_batch int32: ids, pos, seq, out */
     bool *slot_used;
+    /* Per slot: the positions 0..kv_len-1 its cache holds (n_seq entries).
+     * A forward call may write at most one position past it (forward.c). */
+    int32_t *kv_len;
     pl_memory_plan plan;
     /* NUL-terminated copies of string metadata handed out by
      * pl_model_meta_str (a list, prepended to atomically; freed with the

@@ -23,6 +23,7 @@ PL_API pl_status pl_session_create(pl_model *m, pl_session **out) {
     s->model = m;
     s->slot = slot;
     m->slot_used[slot] = true;
+    pl_model_kv_truncate(m, slot, 0);   /* whatever a previous user left there is not ours */
     *out = s;
     return PL_OK;
 }
@@ -34,7 +35,19 @@ PL_API void pl_session_free(pl_session *s) {
 }
 
 PL_API int32_t pl_session_pos(const pl_session *s) { return s->pos; }
-PL_API void pl_session_reset(pl_session *s) { s->pos = 0; }
+PL_API void pl_session_reset(pl_session *s) {
+    s->pos = 0;
+    pl_model_kv_truncate(s->model, s->slot, 0);
+}
+
+PL_API pl_status pl_session_rewind(pl_session *s, int32_t pos) {
+    if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "pl_session_rewind: no session");
+    if (pos < 0 || pos > s->pos)
+        return pl_errorf(PL_ERR_INVALID_ARG, "cannot rewind to position %d: the sequence holds %d tokens", pos, s->pos);
+    s->pos = pos;
+    pl_model_kv_truncate(s->model, s->slot, pos);
+    return PL_OK;
+}
 
 /* Logits that are NaN or +-Inf mean the model's arithmetic broke (corrupt or
  * badly quantized weights); sampling them silently picked token 0. Checked

@@ -2,8 +2,6 @@
  * way Hugging Face's apply_chat_template does, and prints the text exactly
  * (no newline added). */
 #include "cli.h"
-#include "chat/chat_template.h"
-#include "gguf/gguf.h"
 #include "pocketllm.h"
 #include <jansson.h>
 #include <stdlib.h>
@@ -30,41 +28,45 @@ static char *read_all(const char *path, size_t *len) {
     return buf;
 }
 
-/* The template stored in a GGUF file under tokenizer.chat_template. */
+/* The template stored in a GGUF file under tokenizer.chat_template (read
+ * with the file inspector: no model, no tokenizer needed). */
 static char *template_from_model(const char *path, size_t *len) {
-    pl_gguf *g = NULL;
-    if (pl_gguf_open(path, &g) != PL_OK) {
+    pl_inspect *f = NULL;
+    if (pl_inspect_open(path, &f) != PL_OK) {
         pl_cli_error("%s", pl_last_error());
         return NULL;
     }
-    pl_gguf_str s;
+    const char *p;
+    size_t n;
     char *text = NULL;
-    if (pl_gguf_get_str(g, "tokenizer.chat_template", &s) != PL_OK) {
+    if (pl_inspect_meta_str(f, "tokenizer.chat_template", -1, &p, &n) != PL_OK) {
         pl_cli_error("%s: no chat template (tokenizer.chat_template)", path);
-    } else if (!(text = malloc(s.len + 1))) {
+    } else if (!(text = malloc(n + 1))) {
         pl_cli_error("out of memory");
     } else {
-        memcpy(text, s.ptr, s.len);
-        text[s.len] = 0;
-        *len = s.len;
+        memcpy(text, p, n);
+        text[n] = 0;
+        *len = n;
     }
-    pl_gguf_close(g);
+    pl_inspect_close(f);
     return text;
 }
 
-/* "YYYY-MM-DD HH:MM:SS" (for reproducible strftime_now output) */
-static bool parse_now(const char *s, struct tm *tm) {
-    memset(tm, 0, sizeof *tm);
+/* "YYYY-MM-DD HH:MM:SS", UTC, as seconds since the epoch (for reproducible
+ * strftime_now output) */
+static bool parse_now(const char *s, int64_t *secs) {
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
     int n = 0;
-    if (sscanf(s, "%d-%d-%d %d:%d:%d%n", &tm->tm_year, &tm->tm_mon, &tm->tm_mday, &tm->tm_hour, &tm->tm_min,
-               &tm->tm_sec, &n) != 6 || s[n])
+    if (sscanf(s, "%d-%d-%d %d:%d:%d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour, &tm.tm_min,
+               &tm.tm_sec, &n) != 6 || s[n])
         return false;
-    tm->tm_year -= 1900;
-    tm->tm_mon -= 1;
-    tm->tm_isdst = -1;
-    time_t t = timegm(tm);   /* normalises and fills in the weekday */
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    tm.tm_isdst = -1;
+    time_t t = timegm(&tm);   /* normalises out-of-range fields */
     if (t == (time_t)-1) return false;
-    gmtime_r(&t, tm);
+    *secs = (int64_t)t;
     return true;
 }
 
@@ -88,7 +90,7 @@ static int cmd_chat_template(int argc, char **argv) {
     if (bad) return 1;
     if (!tmpl_path == !model_path) return pl_cli_error("chat-template: give one of --template or --model");
     if (!input_path) return pl_cli_error("chat-template: --input is required");
-    struct tm now;
+    int64_t now;
     if (now_str && !parse_now(now_str, &now))
         return pl_cli_error("chat-template: --now wants 'YYYY-MM-DD HH:MM:SS'");
 
@@ -112,24 +114,33 @@ static int cmd_chat_template(int argc, char **argv) {
         json_decref(input);
         return pl_cli_error("%s: the input must be a JSON object", input_path);
     }
+    /* The input was read here for its file:line:col errors; the library
+     * takes it back as text (every key a template variable, order kept). */
+    char *context = json_dumps(input, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(input);
+    if (!context) {
+        free(text);
+        return pl_cli_error("out of memory");
+    }
     pl_chat_template *t = NULL;
     int rc = 0;
     if (pl_chat_template_parse(text, len, &t) != PL_OK) {
         rc = pl_cli_error("%s", pl_last_error());
     } else {
-        pl_chat_template_options opts = {0};
-        opts.now = now_str ? &now : NULL;
+        pl_chat_template_params p = pl_chat_template_default_params();
+        p.context = context;
+        p.now = now_str ? &now : NULL;
         char *out = NULL;
         size_t n = 0;
-        if (pl_chat_template_render(t, input, &opts, &out, &n) != PL_OK) {
+        if (pl_chat_template_apply(t, &p, &out, &n) != PL_OK) {
             rc = pl_cli_error("%s", pl_last_error());
         } else {
             if (fwrite(out, 1, n, stdout) != n || fflush(stdout) != 0) rc = pl_cli_error("write error");
-            free(out);
+            pl_free(out);
         }
         pl_chat_template_free(t);
     }
-    json_decref(input);
+    free(context);
     free(text);
     return rc;
 }

@@ -4,25 +4,18 @@
  *   backends       every backend, implemented or declared, and its kernels
  *   architectures  the model architectures and the GGUF keys each reads
  *   ops            op schemas and, per backend, the implemented dtypes
- * Every listing is generated from the dispatch tables themselves, and each
- * takes --json (shapes documented in README.md).
+ * Every listing is generated from the dispatch tables themselves (through
+ * the public introspection calls of pocketllm.h), and each takes --json
+ * (shapes documented in README.md).
  */
 #include "cli.h"
-#include "kernels/abi.h"
-#include "models/arch.h"
+#include "pocketllm.h"
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-static bool backend_implemented(const pl_backend *b) { return b->ctx_create != NULL && b->n_kernels > 0; }
-
-static bool backend_probe(const pl_backend *b, char *detail, size_t cap) {
-    if (!b->probe) {
-        snprintf(detail, cap, "host memory");
-        return true;
-    }
-    return b->probe(detail, cap);
-}
+/* Static strings from the library; longer lists than any op has are a bug. */
+#define MAX_DTYPES 64
 
 static int print_json(json_t *j) {
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
@@ -44,13 +37,19 @@ static bool want_json(int argc, char **argv, int *rc, const char *cmd, const cha
     return true;
 }
 
-/* Kernel dtypes of backend b for op, as a JSON array of names. */
-static json_t *op_dtypes(const pl_backend *b, pl_op op) {
+/* A JSON array of names[0..n) (at most MAX_DTYPES were returned). */
+static json_t *names_json(const char **names, size_t n) {
     json_t *a = json_array();
-    for (size_t k = 0; k < b->n_kernels; k++)
-        if (b->kernels[k].op == op)
-            json_array_append_new(a, json_string(b->kernels[k].key == PL_DTYPE_ANY ? "any" : pl_dtype_name(b->kernels[k].key)));
+    for (size_t k = 0; k < n && k < MAX_DTYPES; k++) json_array_append_new(a, json_string(names[k]));
     return a;
+}
+
+/* Kernel dtypes of backend b for op, as a JSON array of names. */
+static json_t *op_dtypes(int32_t b, int32_t op) {
+    const char *names[MAX_DTYPES];
+    size_t n = 0;
+    if (pl_backend_op_dtypes(b, op, names, MAX_DTYPES, &n) != PL_OK) n = 0;
+    return names_json(names, n);
 }
 
 static int cmd_devices(int argc, char **argv) {
@@ -58,16 +57,21 @@ static int cmd_devices(int argc, char **argv) {
     if (!want_json(argc, argv, &mode, "devices", "usage: pocketllm devices [--json]\n"
                    "What this machine can open. Probes only look at the filesystem and CPUID.")) return mode;
     json_t *arr = json_array();
-    for (const pl_backend *const *b = pl_backends(); *b; b++) {
+    for (int32_t b = 0; b < pl_backend_count(); b++) {
+        pl_backend_info info;
         char detail[256] = "";
-        bool avail = backend_probe(*b, detail, sizeof detail);
+        bool avail = false;
+        if (pl_backend_get(b, &info) != PL_OK || pl_device_probe(b, &avail, detail, sizeof detail) != PL_OK) {
+            json_decref(arr);
+            return pl_cli_error("devices: %s", pl_last_error());
+        }
         json_t *o = json_object();
-        json_object_set_new(o, "name", json_string((*b)->name));
+        json_object_set_new(o, "name", json_string(info.name));
         json_object_set_new(o, "available", json_boolean(avail));
-        json_object_set_new(o, "implemented", json_boolean(backend_implemented(*b)));
-        json_object_set_new(o, "usable", json_boolean(avail && backend_implemented(*b)));
+        json_object_set_new(o, "implemented", json_boolean(info.implemented));
+        json_object_set_new(o, "usable", json_boolean(avail && info.implemented));
         json_object_set_new(o, "detail", json_string(detail));
-        if ((*b)->awaits) json_object_set_new(o, "awaits", json_string((*b)->awaits));
+        if (info.awaits) json_object_set_new(o, "awaits", json_string(info.awaits));
         json_array_append_new(arr, o);
     }
     if (mode == 1) return print_json(arr);
@@ -88,16 +92,22 @@ static int cmd_backends(int argc, char **argv) {
     int mode;
     if (!want_json(argc, argv, &mode, "backends", "usage: pocketllm backends [--json]")) return mode;
     json_t *arr = json_array();
-    for (const pl_backend *const *b = pl_backends(); *b; b++) {
+    for (int32_t b = 0; b < pl_backend_count(); b++) {
+        pl_backend_info info;
+        if (pl_backend_get(b, &info) != PL_OK) {
+            json_decref(arr);
+            return pl_cli_error("backends: %s", pl_last_error());
+        }
         json_t *o = json_object();
-        json_object_set_new(o, "name", json_string((*b)->name));
-        json_object_set_new(o, "summary", json_string((*b)->summary ? (*b)->summary : ""));
-        json_object_set_new(o, "status", json_string(backend_implemented(*b) ? "implemented" : "declared"));
-        if ((*b)->awaits) json_object_set_new(o, "awaits", json_string((*b)->awaits));
+        json_object_set_new(o, "name", json_string(info.name));
+        json_object_set_new(o, "summary", json_string(info.summary));
+        json_object_set_new(o, "status", json_string(info.implemented ? "implemented" : "declared"));
+        if (info.awaits) json_object_set_new(o, "awaits", json_string(info.awaits));
         json_t *ops = json_object();
-        for (int op = 0; op < PL_OP_COUNT; op++) {
-            json_t *d = op_dtypes(*b, (pl_op)op);
-            if (json_array_size(d)) json_object_set_new(ops, pl_op_name((pl_op)op), d);
+        for (int32_t op = 0; op < pl_op_count(); op++) {
+            pl_op_info oi;
+            json_t *d = op_dtypes(b, op);
+            if (json_array_size(d) && pl_op_get(op, &oi) == PL_OK) json_object_set_new(ops, oi.name, d);
             else json_decref(d);
         }
         json_object_set_new(o, "ops", ops);
@@ -128,15 +138,23 @@ static int cmd_architectures(int argc, char **argv) {
     int mode;
     if (!want_json(argc, argv, &mode, "architectures", "usage: pocketllm architectures [--json]")) return mode;
     json_t *arr = json_array();
-    for (const pl_arch *const *a = pl_archs(); *a; a++) {
+    for (int32_t a = 0; a < pl_arch_count(); a++) {
+        pl_arch_info info;
+        if (pl_arch_get(a, &info) != PL_OK) {
+            json_decref(arr);
+            return pl_cli_error("architectures: %s", pl_last_error());
+        }
         json_t *o = json_object(), *keys = json_array();
-        json_object_set_new(o, "name", json_string((*a)->name));
-        json_object_set_new(o, "summary", json_string((*a)->summary));
-        for (int k = 0; (*a)->keys && (*a)->keys[k]; k++) {
+        json_object_set_new(o, "name", json_string(info.name));
+        json_object_set_new(o, "summary", json_string(info.summary));
+        for (int32_t k = 0; k < info.n_keys; k++) {
             char buf[256];
-            const char *key = (*a)->keys[k], *p = strstr(key, "{arch}");
-            if (p) snprintf(buf, sizeof buf, "%.*s%s%s", (int)(p - key), key, (*a)->name, p + 6);
-            else snprintf(buf, sizeof buf, "%s", key);
+            if (pl_arch_key(a, k, buf, sizeof buf, NULL) != PL_OK) {
+                json_decref(keys);
+                json_decref(o);
+                json_decref(arr);
+                return pl_cli_error("architectures: %s", pl_last_error());
+            }
             json_array_append_new(keys, json_string(buf));
         }
         json_object_set_new(o, "keys", keys);
@@ -155,14 +173,12 @@ static int cmd_architectures(int argc, char **argv) {
     return 0;
 }
 
-static json_t *dtype_mask_json(uint64_t mask) {
-    json_t *a = json_array();
-    for (uint32_t t = 0; t < PL_DTYPE_COUNT; t++)
-        if ((mask >> t) & 1) {
-            const pl_dtype_traits *tr = pl_dtype_get(t);
-            if (tr) json_array_append_new(a, json_string(tr->name));
-        }
-    return a;
+/* Operand k of op (-1: the output): its name and allowed dtypes. */
+static json_t *operand_dtypes(int32_t op, int32_t k, const char **name) {
+    const char *names[MAX_DTYPES];
+    size_t n = 0;
+    if (pl_op_operand(op, k, name, names, MAX_DTYPES, &n) != PL_OK) n = 0;
+    return names_json(names, n);
 }
 
 static int cmd_ops(int argc, char **argv) {
@@ -178,30 +194,41 @@ static int cmd_ops(int argc, char **argv) {
         else return pl_cli_error("ops: unknown option '%s'", argv[i]);
     }
     if (bad) return 1;
-    pl_op op_filter = PL_OP_COUNT;
-    if (only_op && !pl_op_from_name(only_op, &op_filter)) return pl_cli_error("ops: unknown op '%s'", only_op);
-    if (only_dev && !pl_backend_find(only_dev)) return pl_cli_error("ops: unknown backend '%s'", only_dev);
+    int32_t op_filter = only_op ? pl_op_index(only_op) : -1;
+    if (only_op && op_filter < 0) return pl_cli_error("ops: unknown op '%s'", only_op);
+    if (only_dev && pl_backend_index(only_dev) < 0) return pl_cli_error("ops: unknown backend '%s'", only_dev);
     json_t *arr = json_array();
-    for (int op = 0; op < PL_OP_COUNT; op++) {
-        if (only_op && op != (int)op_filter) continue;
-        const pl_op_schema *s = pl_op_schema_get((pl_op)op);
+    for (int32_t op = 0; op < pl_op_count(); op++) {
+        if (only_op && op != op_filter) continue;
+        pl_op_info s;
+        if (pl_op_get(op, &s) != PL_OK) {
+            json_decref(arr);
+            return pl_cli_error("ops: %s", pl_last_error());
+        }
         json_t *o = json_object(), *inputs = json_array(), *impl = json_object();
-        json_object_set_new(o, "name", json_string(s->name));
-        json_object_set_new(o, "summary", json_string(s->summary ? s->summary : ""));
-        for (int k = 0; k < s->n_src; k++) {
+        json_object_set_new(o, "name", json_string(s.name));
+        json_object_set_new(o, "summary", json_string(s.summary));
+        for (int32_t k = 0; k < s.n_inputs; k++) {
             json_t *in = json_object();
-            json_object_set_new(in, "name", json_string(s->src_names[k] ? s->src_names[k] : ""));
-            json_object_set_new(in, "dtypes", dtype_mask_json(s->src_dtypes[k]));
+            const char *name = "";
+            json_t *dtypes = operand_dtypes(op, k, &name);
+            json_object_set_new(in, "name", json_string(name));
+            json_object_set_new(in, "dtypes", dtypes);
             json_array_append_new(inputs, in);
         }
         json_object_set_new(o, "inputs", inputs);
-        json_object_set_new(o, "output_dtypes", dtype_mask_json(s->dst_dtypes));
-        json_object_set_new(o, "kernel_selected_by",
-                            json_string(s->key_operand < 0 ? "output" : s->src_names[s->key_operand]));
-        json_object_set_new(o, "shape_rule", json_string(s->shape_rule ? s->shape_rule : ""));
-        json_object_set_new(o, "params", json_string(s->params ? s->params : ""));
-        for (const pl_backend *const *b = pl_backends(); *b; b++)
-            if (!only_dev || !strcmp(only_dev, (*b)->name)) json_object_set_new(impl, (*b)->name, op_dtypes(*b, (pl_op)op));
+        const char *key_name = "";
+        size_t n_key_dtypes;
+        json_object_set_new(o, "output_dtypes", operand_dtypes(op, -1, NULL));
+        pl_op_operand(op, s.key_input, &key_name, NULL, 0, &n_key_dtypes);
+        json_object_set_new(o, "kernel_selected_by", json_string(key_name));
+        json_object_set_new(o, "shape_rule", json_string(s.shape_rule));
+        json_object_set_new(o, "params", json_string(s.params));
+        for (int32_t b = 0; b < pl_backend_count(); b++) {
+            pl_backend_info info;
+            if (pl_backend_get(b, &info) == PL_OK && (!only_dev || !strcmp(only_dev, info.name)))
+                json_object_set_new(impl, info.name, op_dtypes(b, op));
+        }
         json_object_set_new(o, "implemented", impl);
         json_array_append_new(arr, o);
     }
