@@ -61,4 +61,28 @@ finally:
     p.terminate()
     p.wait()
 PY
+# Schema-bound extraction (issue 16): `run --chat --json-schema` on five short
+# texts (tests/real_model/extraction.jsonl) gives JSON that validates against
+# the schema and carries the values the text states.
+python3 - "$BIN" "$MODEL" "$ROOT/tests/real_model/extraction.jsonl" <<'PY' || exit 1
+import json, subprocess, sys, tempfile
+import jsonschema
+BIN, MODEL, CASES = sys.argv[1:4]
+bad = 0
+for line in open(CASES):
+    c = json.loads(line)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(c["schema"], f)
+    r = subprocess.run([BIN, "run", "--model", MODEL, "--chat", "--prompt", "Extract the data from this text as JSON: " + c["text"],
+                        "--json-schema", f.name, "--max-tokens", "96", "--ctx", "512", "--json"], capture_output=True, text=True)
+    try:
+        v = json.loads(json.loads(r.stdout)["text"])
+        jsonschema.validate(v, c["schema"])
+        ok = all(v.get(k) == w for k, w in c["expect"].items())
+    except Exception as e:
+        v, ok = f"{type(e).__name__}: {e} / {r.stderr.strip()[-300:]}", False
+    print("real_model: extraction", c["id"], "ok" if ok else "FAILED", json.dumps(v) if ok else v)
+    bad += not ok
+sys.exit(1 if bad else 0)
+PY
 exec python3 "$ROOT/tests/real_model/check.py" "$BIN" "$MODEL"
