@@ -743,6 +743,21 @@ static pl_status build_special_cache(pl_vocab *v, const pl_gguf *g) {
     return PL_OK;
 }
 
+/* Both loaders end here: special-token attributes and the partition cache,
+ * then hand the vocabulary out or free it on any earlier failure (st). */
+static pl_status finish_load(pl_vocab *v, const pl_gguf *g, pl_status st, pl_vocab **out) {
+    if (st == PL_OK) {
+        detect_special(v);
+        st = build_special_cache(v, g);
+    }
+    if (st != PL_OK) {
+        pl_vocab_free(v);
+        return st;
+    }
+    *out = v;
+    return PL_OK;
+}
+
 /* ---- SentencePiece ------------------------------------------------------- */
 
 /* llama.cpp's SPM settings (llama_vocab::impl::load): BOS 1, EOS 2, UNK 0
@@ -785,15 +800,8 @@ static pl_status load_spm(const pl_gguf *g, pl_vocab **out) {
             v->spm_byte_tok[b] = id >= 0 ? id : pl_vocab_lookup(v, &c, 1);
             v->byte_tok[b] = v->single_tok[b] = -1;
         }
-        detect_special(v);
-        st = build_special_cache(v, g);
     }
-    if (st != PL_OK) {
-        pl_vocab_free(v);
-        return st;
-    }
-    *out = v;
-    return PL_OK;
+    return finish_load(v, g, st, out);
 }
 
 /* ---- public: load -------------------------------------------------------- */
@@ -848,15 +856,8 @@ pl_status pl_vocab_load(const pl_gguf *g, pl_vocab **out) {
             char c = (char)b;
             v->single_tok[b] = pl_vocab_lookup(v, &c, 1);
         }
-        detect_special(v);
-        st = build_special_cache(v, g);
     }
-    if (st != PL_OK) {
-        pl_vocab_free(v);
-        return st;
-    }
-    *out = v;
-    return PL_OK;
+    return finish_load(v, g, st, out);
 }
 
 /* ---- public: accessors --------------------------------------------------- */
