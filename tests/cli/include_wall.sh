@@ -8,7 +8,7 @@
 set -u
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 ALLOWED_INTERNAL="cmd_synth.c"
-PENDING="chat_prompt.c"
+PENDING=""
 
 # check DIR: prints each offending include, returns 1 if any
 check() {

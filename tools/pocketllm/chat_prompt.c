@@ -25,16 +25,13 @@
  * <think> history handling, tools, tool results, enable_thinking), as
  * llama.cpp falls back to ChatML.
  *
- * Everything that touches the template through src/chat (chat_template.h)
- * or reads the file (gguf.h) is in template_from_file, template_from_text
- * and template_render below, so that they can move to the public
- * chat-template API in one place.
+ * The template is read from the file with pl_inspect and rendered through
+ * the public chat-template handle (pocketllm.h): this module, like every
+ * tool, sees only the public header.
  */
 #include "chat_prompt.h"
 #include "server_text.h"
-#include "chat/chat_template.h"
-#include "core/status.h"
-#include "gguf/gguf.h"
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,9 +48,31 @@ struct pl_chat_prompt {
     int32_t bos_id;
 };
 
-/* Bodies are at most 8 MiB; a render far beyond that is a runaway. The
- * renderer's other limits (recursion, steps, allocation) are its defaults. */
-#define PL_CHAT_MAX_OUTPUT (64u << 20)
+/* Errors: this module's own messages, or the library's when a library call
+ * failed (see pl_chat_prompt_error). Per thread, as pl_last_error. */
+static _Thread_local char cp_msg[1024];
+static _Thread_local bool cp_own;
+
+static void cp_clear(void) { cp_own = false; }
+
+static pl_status cp_fail(pl_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cp_msg, sizeof cp_msg, fmt, ap);
+    va_end(ap);
+    cp_own = true;
+    return st;
+}
+
+/* "prefix: <the library's message>" */
+const char *pl_chat_prompt_error(void) { return cp_own ? cp_msg : pl_last_error(); }
+
+static pl_status cp_fail_prefix(pl_status st, const char *prefix) {
+    char why[sizeof cp_msg];
+    snprintf(why, sizeof why, "%s", pl_chat_prompt_error());
+    return cp_fail(st, "%s: %s", prefix, why);
+}
+
 
 /* ---- the built-in ChatML / Qwen3 renderer -----------------------------------*/
 
@@ -193,21 +212,19 @@ static void special_text(const pl_model *m, const char *var, char *out, size_t c
     pl_free(text);
 }
 
+static pl_status template_from_text(pl_chat_prompt *p, const char *text, size_t len);
+
 /* The file's template, the way chat-template --model reads it: all of its
  * bytes, any length (a template with a NUL byte is refused). Returns its
  * status; PL_ERR_NOT_FOUND when the file has none. */
 static pl_status template_from_file(pl_chat_prompt *p, const char *model_path) {
-    pl_gguf *g = NULL;
-    if (!model_path || pl_gguf_open(model_path, &g) != PL_OK) return PL_ERR_NOT_FOUND;
+    pl_inspect *f = NULL;
+    if (!model_path || pl_inspect_open(model_path, &f) != PL_OK) return PL_ERR_NOT_FOUND;
     const char *t = NULL;
     size_t tlen = 0;
-    pl_status st = pl_chat_template_from_gguf(g, &t, &tlen, &p->tpl);
-    if (st == PL_OK && !(p->tpl_text = malloc(tlen + 1))) st = PL_ERR_NO_MEMORY;
-    if (st == PL_OK) {
-        memcpy(p->tpl_text, t, tlen);
-        p->tpl_text[tlen] = 0;
-    }
-    pl_gguf_close(g);
+    pl_status st = pl_inspect_meta_str(f, "tokenizer.chat_template", -1, &t, &tlen);
+    if (st == PL_OK) st = template_from_text(p, t, tlen);
+    pl_inspect_close(f);
     return st;
 }
 
@@ -222,16 +239,23 @@ static pl_status template_from_text(pl_chat_prompt *p, const char *text, size_t 
     return st;
 }
 
+/* ctx holds every variable (messages, bos_token, ...): it goes to the
+ * template as the params' context, the other params left alone. The
+ * renderer's limits (output size, recursion, steps) are its defaults: 64 MiB
+ * of output, far beyond an 8 MiB request body. */
 static pl_status template_render(const pl_chat_prompt *p, json_t *ctx, pl_srv_buf *out) {
-    pl_chat_template_options opts = {0};
-    opts.max_output = PL_CHAT_MAX_OUTPUT;
+    char *js = json_dumps(ctx, JSON_COMPACT);
+    if (!js) return cp_fail(PL_ERR_NO_MEMORY, "out of memory while rendering the prompt");
+    pl_chat_template_params params = pl_chat_template_default_params();
+    params.context = js;
     char *text = NULL;
     size_t n = 0;
-    pl_status st = pl_chat_template_render(p->tpl, ctx, &opts, &text, &n);
+    pl_status st = pl_chat_template_apply(p->tpl, &params, &text, &n);
+    free(js);
     if (st != PL_OK) return st == PL_ERR_NO_MEMORY ? st : PL_ERR_INVALID_ARG;
     int rc = pl_srv_buf_add(out, text, n);
-    free(text);
-    return rc ? pl_errorf(PL_ERR_NO_MEMORY, "out of memory while rendering the prompt") : PL_OK;
+    pl_free(text);
+    return rc ? cp_fail(PL_ERR_NO_MEMORY, "out of memory while rendering the prompt") : PL_OK;
 }
 
 /* What both constructors share: tst is the template's status. */
@@ -242,15 +266,15 @@ static pl_status finish_create(pl_chat_prompt *p, pl_status tst, pl_chat_prompt 
         free(p->tpl_text);
         p->tpl_text = NULL;
     }
-    char msg[1024];
+    char msg[sizeof cp_msg + 128];
     if (tst == PL_ERR_NOT_FOUND)
         snprintf(msg, sizeof msg, "the model has no chat template; prompts are rendered as ChatML");
     else if (tst != PL_OK)
         snprintf(msg, sizeof msg, "cannot use the model's chat template (%s); prompts are rendered as ChatML",
-                 tst == PL_ERR_NO_MEMORY ? "out of memory" : pl_last_error());
+                 tst == PL_ERR_NO_MEMORY ? "out of memory" : pl_chat_prompt_error());
     if (tst == PL_ERR_NO_MEMORY || (tst != PL_OK && !(p->notice = strdup(msg)))) {
         pl_chat_prompt_free(p);
-        return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+        return cp_fail(PL_ERR_NO_MEMORY, "out of memory");
     }
     special_text(p->model, "bos_token", p->bos_text, sizeof p->bos_text);
     special_text(p->model, "eos_token", p->eos_text, sizeof p->eos_text);
@@ -277,16 +301,18 @@ static pl_chat_prompt *new_prompt(const pl_model *model) {
 }
 
 pl_status pl_chat_prompt_create(const pl_model *model, const char *model_path, pl_chat_prompt **out) {
+    cp_clear();
     *out = NULL;
     pl_chat_prompt *p = new_prompt(model);
-    if (!p) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    if (!p) return cp_fail(PL_ERR_NO_MEMORY, "out of memory");
     return finish_create(p, template_from_file(p, model_path), out);
 }
 
 pl_status pl_chat_prompt_create_from_text(const pl_model *model, const char *text, size_t len, pl_chat_prompt **out) {
+    cp_clear();
     *out = NULL;
     pl_chat_prompt *p = new_prompt(model);
-    if (!p) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    if (!p) return cp_fail(PL_ERR_NO_MEMORY, "out of memory");
     return finish_create(p, template_from_text(p, text, len), out);
 }
 
@@ -319,19 +345,20 @@ static json_t *make_ctx(const pl_chat_prompt *p, json_t *messages, json_t *kwarg
 /* The one place that knows which renderer is used. */
 static pl_status render_ctx(const pl_chat_prompt *p, json_t *ctx, pl_srv_buf *out) {
     if (p->tpl) return template_render(p, ctx, out);
-    if (render_builtin(ctx, out)) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory while rendering the prompt");
+    if (render_builtin(ctx, out)) return cp_fail(PL_ERR_NO_MEMORY, "out of memory while rendering the prompt");
     return PL_OK;
 }
 
 pl_status pl_chat_prompt_render(const pl_chat_prompt *p, json_t *messages, json_t *kwargs, char **text, size_t *len) {
+    cp_clear();
     *text = NULL;
     *len = 0;
-    if (!json_is_array(messages)) return pl_errorf(PL_ERR_INVALID_ARG, "messages must be an array");
+    if (!json_is_array(messages)) return cp_fail(PL_ERR_INVALID_ARG, "messages must be an array");
     json_t *ctx = make_ctx(p, messages, kwargs);
     pl_srv_buf b = {0};
-    pl_status st = ctx ? render_ctx(p, ctx, &b) : pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    pl_status st = ctx ? render_ctx(p, ctx, &b) : cp_fail(PL_ERR_NO_MEMORY, "out of memory");
     json_decref(ctx);
-    if (st == PL_OK && !b.p && pl_srv_buf_add(&b, "", 0)) st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    if (st == PL_OK && !b.p && pl_srv_buf_add(&b, "", 0)) st = cp_fail(PL_ERR_NO_MEMORY, "out of memory");
     if (st != PL_OK) {
         pl_srv_buf_free(&b);
         return st;
@@ -409,7 +436,7 @@ static pl_status check_tool_json(const pl_chat_prompt *p, json_t *messages, json
     free(t);
     if (bad) {
         *param = "tools";
-        return pl_errorf(PL_ERR_INVALID_ARG, "'tools' contains special-token text");
+        return cp_fail(PL_ERR_INVALID_ARG, "'tools' contains special-token text");
     }
     size_t i;
     json_t *m;
@@ -421,7 +448,7 @@ static pl_status check_tool_json(const pl_chat_prompt *p, json_t *messages, json
         free(t);
         if (bad) {
             *param = "messages";
-            return pl_errorf(PL_ERR_INVALID_ARG, "messages[%zu].tool_calls contains special-token text", i);
+            return cp_fail(PL_ERR_INVALID_ARG, "messages[%zu].tool_calls contains special-token text", i);
         }
     }
     return PL_OK;
@@ -432,13 +459,14 @@ static pl_status check_tool_json(const pl_chat_prompt *p, json_t *messages, json
 
 pl_status pl_chat_prompt_tokenize(const pl_chat_prompt *p, json_t *messages, json_t *kwargs, const char *prefill,
                                   pl_chat_prompt_tokens *out, const char **param) {
+    cp_clear();
     static const char *fields[] = {"content", "reasoning_content"};
     pl_status st = PL_ERR_NO_MEMORY;
     const char *blame = NULL;
     memset(out, 0, sizeof *out);
     if (!json_is_array(messages)) {
         *param = "messages";
-        return pl_errorf(PL_ERR_INVALID_ARG, "messages must be an array");
+        return cp_fail(PL_ERR_INVALID_ARG, "messages must be an array");
     }
     pl_srv_buf R = {0}, T = {0};
     tok_vec W = {0}, S = {0};
@@ -473,7 +501,7 @@ pl_status pl_chat_prompt_tokenize(const pl_chat_prompt *p, json_t *messages, jso
     if ((st = render_ctx(p, ctx, &R)) != PL_OK || (st = render_ctx(p, mctx, &T)) != PL_OK) {
         if (st == PL_ERR_INVALID_ARG) {
             blame = "messages";
-            pl_error_prefix(st, "the chat template rejected the messages");
+            cp_fail_prefix(st, "the chat template rejected the messages");
         }
         goto out;
     }
@@ -520,11 +548,11 @@ pl_status pl_chat_prompt_tokenize(const pl_chat_prompt *p, json_t *messages, jso
     goto out;
 tok_fail:
     blame = "messages";
-    st = pl_error_prefix(PL_ERR_FORMAT, "cannot tokenize the prompt");
+    st = cp_fail_prefix(PL_ERR_FORMAT, "cannot tokenize the prompt");
     goto out;
 oom:
     blame = NULL;
-    st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    st = cp_fail(PL_ERR_NO_MEMORY, "out of memory");
 out:
     *param = blame;
     pl_srv_buf_free(&R);

@@ -50,8 +50,12 @@ const char *pl_chat_prompt_notice(const pl_chat_prompt *p);
 /* The text of the template in use; NULL when the built-in ChatML is. */
 const char *pl_chat_prompt_template(const pl_chat_prompt *p);
 
+/* Why the last failed pl_chat_prompt_* call on this thread failed: its own
+ * message, or the library's (pl_last_error) when a library call failed. */
+const char *pl_chat_prompt_error(void);
+
 /* Renders the conversation to text (malloc'd, NUL-terminated; free()).
- * PL_ERR_INVALID_ARG when the template rejects it (pl_last_error() has the
+ * PL_ERR_INVALID_ARG when the template rejects it (pl_chat_prompt_error() has the
  * template's message: raise_exception text, limits exceeded, ...),
  * PL_ERR_NO_MEMORY. */
 pl_status pl_chat_prompt_render(const pl_chat_prompt *p, json_t *messages, json_t *kwargs, char **text, size_t *len);
@@ -66,7 +70,7 @@ typedef struct pl_chat_prompt_tokens {
 /* Renders and tokenizes the conversation; prefill (may be NULL) is appended
  * to the rendered text as template text (the start of the assistant turn).
  * On failure *param names what to blame ("messages" or "tools"; NULL when
- * out of memory) and pl_last_error() says what is wrong:
+ * out of memory) and pl_chat_prompt_error() says what is wrong:
  * PL_ERR_INVALID_ARG (the template rejected the messages, tools or
  * tool-call arguments hold special-token text, tokenization failed),
  * PL_ERR_NO_MEMORY. */

@@ -82,7 +82,7 @@ int pl_chat_open(pl_model *m, const pl_chat_opts *o, pl_chat **out) {
     c->m = m;
     c->o = o;
     int rc = 0;
-    if (pl_chat_prompt_create(m, o->model_path, &c->prompt) != PL_OK) rc = pl_cli_error("%s", pl_last_error());
+    if (pl_chat_prompt_create(m, o->model_path, &c->prompt) != PL_OK) rc = pl_cli_error("%s", pl_chat_prompt_error());
     else if (pl_chat_prompt_notice(c->prompt)) fprintf(stderr, "note: %s\n", pl_chat_prompt_notice(c->prompt));
     /* Templates get enable_thinking (Qwen3's think by default); the
      * built-in fallback renders plain ChatML. */
@@ -111,7 +111,7 @@ static int conversation_tokens(pl_chat *c, json_t *msgs, int32_t **ids, size_t *
     pl_chat_prompt_tokens t;
     const char *param = NULL;
     pl_status st = pl_chat_prompt_tokenize(c->prompt, msgs, c->kwargs, NULL, &t, &param);
-    if (st != PL_OK) return pl_cli_error("%s", pl_last_error());
+    if (st != PL_OK) return pl_cli_error("%s", pl_chat_prompt_error());
     if (t.plain_text) fprintf(stderr, "note: the message contains special-token text; it is read as plain text\n");
     *ids = t.ids;
     *n = t.n;

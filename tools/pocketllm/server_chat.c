@@ -47,7 +47,7 @@ int pl_srv_chat_prompt_ex(pl_srv *s, json_t *messages, json_t *kwargs, int32_t *
      * that do not alternate): the client's problem, hence 400. */
     if (st != PL_OK)
         return pl_srv_fail(e, 400, param ? param : "messages", st == PL_ERR_INVALID_ARG ? "invalid_value" : NULL, "%s",
-                           pl_last_error());
+                           pl_chat_prompt_error());
     if (t.plain_text) pl_srv_log("message text contains special-token text: tokenized as plain text");
     *ids = t.ids;
     *n_ids = t.n;
