@@ -7,6 +7,7 @@
  * end to end that both commands build the same tokens, and the BOS rule. */
 #include "testutil.h"
 #include "../tools/pocketllm/server_text.c"
+#include "../tools/pocketllm/cli_buf.c"
 #include "../tools/pocketllm/chat_prompt.c"
 
 static pl_model *g_model;

@@ -16,6 +16,10 @@
 #include "quant/imatrix.h"
 #include "../tools/pocketllm/cli_fit.h"
 #include "../tools/pocketllm/imatrix_collect.h"
+#include "../tools/pocketllm/cli_buf.h"
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -322,6 +326,41 @@ static void test_observer(const char *dir) {
     CHECK(pl_imatrix_write(path, "d", 0, 0, &e, 1) == PL_ERR_INVALID_ARG, "incomplete entry");
 }
 
+/* cli_buf.c: whole files of every size around the reader's doubling steps
+ * (64 KiB), a missing file, and the token array across its growth. */
+static void test_cli_buf(const char *dir) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/file.bin", dir);
+    static const size_t sizes[] = {0, 1, 65535, 65536, 65537, 3 * 65536 + 7};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        unsigned char *want = malloc(n + 1);
+        for (size_t i = 0; i < n; i++) want[i] = (unsigned char)(i * 131 + k);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(want, 1, n, f) == n && fclose(f) == 0, "write %zu bytes", n);
+        size_t len = 12345;
+        char *got = pl_cli_read_file(path, &len);
+        CHECK(got && len == n && !memcmp(got, want, n) && got[n] == 0, "read %zu bytes: got %zu", n, got ? len : 0);
+        free(got);
+        free(want);
+    }
+    unlink(path);
+    size_t len = 0;
+    errno = 0;
+    CHECK(pl_cli_read_file(path, &len) == NULL && errno == ENOENT, "missing file: errno %d", errno);
+
+    pl_cli_tokens v = {0};
+    int32_t ids[1000];
+    for (int i = 0; i < 1000; i++) ids[i] = i;
+    for (int r = 0; r < 5; r++) CHECK(pl_cli_tokens_add(&v, ids, 1000) == 0, "add");
+    CHECK(pl_cli_tokens_add(&v, ids, 0) == 0, "add nothing");
+    bool ok = v.n == 5000 && v.cap >= v.n;
+    for (size_t i = 0; ok && i < v.n; i++) ok = v.p[i] == (int32_t)(i % 1000);
+    CHECK(ok, "token array: %zu ids", v.n);
+    CHECK(pl_cli_tokens_add(&v, ids, SIZE_MAX / 2) == -1 && v.n == 5000, "an impossible size is refused");
+    free(v.p);
+}
+
 int main(void) {
     char dir[] = "/tmp/pl-tools-api-XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -330,6 +369,7 @@ int main(void) {
     test_quantize(dir);
     test_fit();
     test_observer(dir);
+    test_cli_buf(dir);
     rmdir(dir);
     return pl_test_summary("test_tools_api");
 }

@@ -33,6 +33,7 @@
 #include "../../tools/pocketllm/server_tools.c"
 #include "../../tools/pocketllm/server_sched.c"
 #include "../../tools/pocketllm/server_openai.c"
+#include "../../tools/pocketllm/cli_buf.c"
 #include "../../tools/pocketllm/chat_prompt.c"
 #include "../../tools/pocketllm/server_chat.c"
 

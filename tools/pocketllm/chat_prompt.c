@@ -31,6 +31,7 @@
  */
 #include "chat_prompt.h"
 #include "server_text.h"
+#include "cli_buf.h"
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -370,28 +371,12 @@ pl_status pl_chat_prompt_render(const pl_chat_prompt *p, json_t *messages, json_
 
 /* ---- tokenization -----------------------------------------------------------*/
 
-typedef struct tok_vec { int32_t *p; size_t n, cap; } tok_vec;
-
-static int tv_add(tok_vec *v, const int32_t *t, size_t n) {
-    if (v->n + n > v->cap) {
-        size_t cap = v->cap ? v->cap : 256;
-        while (cap < v->n + n) cap *= 2;
-        int32_t *q = realloc(v->p, cap * sizeof *q);
-        if (!q) return -1;
-        v->p = q;
-        v->cap = cap;
-    }
-    if (n) memcpy(v->p + v->n, t, n * sizeof *t);
-    v->n += n;
-    return 0;
-}
-
-static int tokenize_into(const pl_chat_prompt *p, tok_vec *v, const char *text, size_t len, bool special) {
+static int tokenize_into(const pl_chat_prompt *p, pl_cli_tokens *v, const char *text, size_t len, bool special) {
     static const bool no_bos = false;
     int32_t *ids = NULL;
     size_t n = 0;
     if (pl_tokenize(p->model, text, len, special, &no_bos, &ids, &n) != PL_OK) return -1;
-    int rc = tv_add(v, ids, n);
+    int rc = pl_cli_tokens_add(v, ids, n);
     pl_free(ids);
     return rc;
 }
@@ -405,7 +390,7 @@ static bool is_control(const pl_chat_prompt *p, int32_t id) {
     return la == 0 && lb > 0;
 }
 
-static bool same_controls(const pl_chat_prompt *p, const tok_vec *x, const tok_vec *y) {
+static bool same_controls(const pl_chat_prompt *p, const pl_cli_tokens *x, const pl_cli_tokens *y) {
     size_t i = 0, j = 0;
     for (;;) {
         while (i < x->n && !is_control(p, x->p[i])) i++;
@@ -417,7 +402,7 @@ static bool same_controls(const pl_chat_prompt *p, const tok_vec *x, const tok_v
 
 /* Does text contain special-token text (control or user-defined)? */
 static bool has_special_text(const pl_chat_prompt *p, const char *text, size_t len) {
-    tok_vec a = {0}, b = {0};
+    pl_cli_tokens a = {0}, b = {0};
     bool diff = true;
     if (!tokenize_into(p, &a, text, len, true) && !tokenize_into(p, &b, text, len, false))
         diff = a.n != b.n || (a.n && memcmp(a.p, b.p, a.n * sizeof *a.p));
@@ -469,7 +454,7 @@ pl_status pl_chat_prompt_tokenize(const pl_chat_prompt *p, json_t *messages, jso
         return cp_fail(PL_ERR_INVALID_ARG, "messages must be an array");
     }
     pl_srv_buf R = {0}, T = {0};
-    tok_vec W = {0}, S = {0};
+    pl_cli_tokens W = {0}, S = {0};
     json_t *texts = json_array();          /* the original message texts, by sentinel index */
     json_t *masked = json_deep_copy(messages);
     json_t *ctx = make_ctx(p, messages, kwargs), *mctx = NULL;
@@ -526,12 +511,12 @@ pl_status pl_chat_prompt_tokenize(const pl_chat_prompt *p, json_t *messages, jso
     if (tokenize_into(p, &W, R.p ? R.p : "", R.n, true)) goto tok_fail;
     if (safe && !same_controls(p, &W, &S)) safe = false;
 
-    tok_vec *use = safe ? &W : &S;
+    pl_cli_tokens *use = safe ? &W : &S;
     /* The BOS rule: one BOS first when the tokenizer adds one (a BOS the
      * template rendered counts). */
     if (p->add_bos && !(use->n && use->p[0] == p->bos_id)) {
-        tok_vec t = {0};
-        if (tv_add(&t, &p->bos_id, 1) || tv_add(&t, use->p, use->n)) { free(t.p); goto oom; }
+        pl_cli_tokens t = {0};
+        if (pl_cli_tokens_add(&t, &p->bos_id, 1) || pl_cli_tokens_add(&t, use->p, use->n)) { free(t.p); goto oom; }
         free(use->p);
         *use = t;
     }

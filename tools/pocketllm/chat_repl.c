@@ -19,6 +19,7 @@
 #include "chat_repl.h"
 #include "chat_prompt.h"
 #include "cli.h"
+#include "cli_buf.h"
 #include "server_tools.h"
 #include <errno.h>
 #include <jansson.h>
@@ -213,20 +214,6 @@ static pl_sampler *reply_sampler(pl_chat *c, const int32_t *prompt, size_t n) {
 static volatile sig_atomic_t g_interrupted;
 static void on_sigint(int sig) { (void)sig; g_interrupted = 1; }
 
-typedef struct tokbuf { int32_t *p; size_t n, cap; } tokbuf;
-
-static int tb_push(tokbuf *b, int32_t t) {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? b->cap * 2 : 1024;
-        int32_t *q = realloc(b->p, cap * sizeof *q);
-        if (!q) return -1;
-        b->p = q;
-        b->cap = cap;
-    }
-    b->p[b->n++] = t;
-    return 0;
-}
-
 /* Evaluates ids at positions pos0.. of slot 0; logits after the last one. */
 static pl_status eval_at(pl_model *m, const int32_t *ids, size_t n, int32_t pos0, float *logits) {
     int32_t *pos = malloc(n * sizeof *pos), *seq = calloc(n, sizeof *seq);
@@ -310,7 +297,7 @@ int pl_chat_repl(pl_model *m, const pl_chat_opts *o) {
     /* Room kept for a reply when old turns have to be dropped. */
     const int32_t reserve = (int32_t)(o->max_tokens > 0 && o->max_tokens < n_ctx / 2 ? o->max_tokens : n_ctx / 4);
     json_t *msgs = json_array(), *pending = json_array();   /* pending: tool calls not answered yet */
-    tokbuf cache = {0}, gen = {0};
+    pl_cli_tokens cache = {0}, gen = {0};
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
@@ -408,7 +395,7 @@ int pl_chat_repl(pl_model *m, const pl_chat_opts *o) {
         }
         double t_prompt = now_s() - t0;
         cache.n = 0;
-        for (size_t i = 0; i < n_prompt; i++) tb_push(&cache, prompt[i]);
+        pl_cli_tokens_add(&cache, prompt, n_prompt);
         pl_sampler *smp = reply_sampler(c, prompt, n_prompt);
         if (!smp) { rc = 1; break; }
 
@@ -429,7 +416,7 @@ int pl_chat_repl(pl_model *m, const pl_chat_opts *o) {
                 break;
             }
             if (pl_token_is_eog(m, tok)) break;
-            tb_push(&gen, tok);
+            pl_cli_tokens_add(&gen, &tok, 1);
             char piece[256];
             size_t len = 0;
             if (pl_token_to_piece(m, tok, false, piece, sizeof piece, &len) == PL_OK && len) {
@@ -459,7 +446,7 @@ int pl_chat_repl(pl_model *m, const pl_chat_opts *o) {
                 why = " (error)";
                 break;
             }
-            tb_push(&cache, tok);
+            pl_cli_tokens_add(&cache, &tok, 1);
         }
         pl_sampler_free(smp);
         double t_gen = now_s() - t1;

@@ -2,31 +2,13 @@
  * way Hugging Face's apply_chat_template does, and prints the text exactly
  * (no newline added). */
 #include "cli.h"
+#include "cli_buf.h"
 #include "pocketllm.h"
 #include <jansson.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) break;
-        char *nb = realloc(buf, cap * 2);
-        if (!nb) { free(buf); buf = NULL; break; }
-        buf = nb;
-        cap *= 2;
-    }
-    if (buf && ferror(f)) { free(buf); buf = NULL; }
-    fclose(f);
-    if (buf) *len = n;
-    return buf;
-}
 
 /* The template stored in a GGUF file under tokenizer.chat_template (read
  * with the file inspector: no model, no tokenizer needed). */
@@ -97,8 +79,8 @@ static int cmd_chat_template(int argc, char **argv) {
     size_t len = 0;
     char *text;
     if (tmpl_path) {
-        text = read_all(tmpl_path, &len);
-        if (!text) return pl_cli_error("%s: cannot read the template", tmpl_path);
+        text = pl_cli_read_file(tmpl_path, &len);
+        if (!text) return pl_cli_error("%s: cannot read the template: %s", tmpl_path, strerror(errno));
     } else {
         text = template_from_model(model_path, &len);
         if (!text) return 1;

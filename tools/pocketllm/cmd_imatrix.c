@@ -11,32 +11,13 @@
  * of each chunk is printed along the way, as llama-imatrix does.
  */
 #include "cli.h"
+#include "cli_buf.h"
 #include "imatrix_collect.h"
 #include "pocketllm.h"
 #include <math.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, 2 * cap + 1);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 /* -log p(tok) from one row of logits (llama.cpp's log_softmax: float max and
  * differences, double sum of expf). */
@@ -81,8 +62,8 @@ static int cmd_imatrix(int argc, char **argv) {
     if (batch > ctx) batch = ctx;
 
     size_t text_len = 0;
-    char *text = read_file(text_path, &text_len);
-    if (!text) return pl_cli_error("imatrix: cannot read %s", text_path);
+    char *text = pl_cli_read_file(text_path, &text_len);
+    if (!text) return pl_cli_error("imatrix: cannot read %s: %s", text_path, strerror(errno));
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;

@@ -10,30 +10,12 @@
  * it ("Final estimate: PPL = 12.3456 +/- 0.12345").
  */
 #include "cli.h"
+#include "cli_buf.h"
 #include "pocketllm.h"
 #include <math.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = malloc(cap + 1);
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            char *nb = realloc(buf, 2 * cap + 1);
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 /* log p(tok): llama.cpp's log_softmax (float max and differences, double
  * sum of expf, the result in double). */
@@ -76,8 +58,8 @@ static int cmd_perplexity(int argc, char **argv) {
     if (batch > ctx) batch = ctx;
 
     size_t text_len = 0;
-    char *text = slurp(text_path, &text_len);
-    if (!text) return pl_cli_error("perplexity: cannot read %s", text_path);
+    char *text = pl_cli_read_file(text_path, &text_len);
+    if (!text) return pl_cli_error("perplexity: cannot read %s: %s", text_path, strerror(errno));
     pl_model_params mp = pl_model_default_params();
     mp.device = device;
     mp.n_threads = (int)threads;

@@ -3,6 +3,9 @@
 #include "pocketllm.h"
 #include "cli_fit.h"
 #include "chat_repl.h"
+#include "cli_buf.h"
+#include "server_text.h"
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -130,59 +133,6 @@ static void print_logprobs_json(const pl_model *model, const int32_t *gen, const
     printf("]");
 }
 
-/* Reads a whole file (for --grammar / --json-schema); NULL with a message. */
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) { pl_cli_error("run: cannot open '%s'", path); return NULL; }
-    size_t cap = 4096, n = 0;
-    char *p = malloc(cap);
-    while (p) {
-        n += fread(p + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *q = realloc(p, cap *= 2);
-        if (!q) { free(p); p = NULL; }
-        else p = q;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!p || err) { free(p); pl_cli_error("run: cannot read '%s'", path); return NULL; }
-    *len = n;
-    return p;
-}
-
-typedef struct out_buf { char *p; size_t n, cap; } out_buf;
-
-static int buf_add(out_buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *q = realloc(b->p, cap);
-        if (!q) return -1;
-        b->p = q;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = 0;
-    return 0;
-}
-
-/* Bytes of b that end on a complete UTF-8 sequence boundary (streaming must
- * never split a character); invalid bytes are not held back. */
-static size_t utf8_flushable(const char *s, size_t n) {
-    size_t i = n, back = 0;
-    while (i > 0 && back < 4) {
-        unsigned char c = (unsigned char)s[i - 1];
-        if ((c & 0xC0) != 0x80) {
-            size_t need = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c < 0xE0 ? 2 : 1;
-            return (need > back + 1) ? i - 1 : n;
-        }
-        i--;
-        back++;
-    }
-    return n;
-}
-
 static int cmd_run(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *device = "cpu", *memory = NULL, *v;
     long long max_tokens = 128, threads = 0, ctx = 0, top_k = 40, seed = 0x5eed;
@@ -239,7 +189,11 @@ static int cmd_run(int argc, char **argv) {
     if (tools_path && !chat) return pl_cli_error("run: --tools needs --chat");
     char *gtext = NULL;
     size_t gtext_len = 0;
-    if ((grammar_path || schema_path) && !(gtext = read_all(grammar_path ? grammar_path : schema_path, &gtext_len))) return 1;
+    if (grammar_path || schema_path) {
+        const char *gpath = grammar_path ? grammar_path : schema_path;
+        if (!(gtext = pl_cli_read_file(gpath, &gtext_len)))
+            return pl_cli_error("run: cannot read '%s': %s", gpath, strerror(errno));
+    }
 
     if (pl_cli_check_device("run", device)) { free(gtext); return 1; }   /* e.g. --device cuda without a GPU: one line, no load */
     double t0 = now_ms();
@@ -299,7 +253,7 @@ static int cmd_run(int argc, char **argv) {
     float *logits = NULL;
     pl_session *sess = NULL;
     pl_sampler *smp = NULL;
-    out_buf text = {0};
+    pl_srv_buf text = {0};
     const char *finish = "length";
     double prefill_ms = 0, decode_ms = 0;
     const int32_t n_vocab = pl_model_n_vocab(model);
@@ -361,9 +315,9 @@ static int cmd_run(int argc, char **argv) {
         if (pl_token_is_eog(model, tok)) { finish = "stop"; break; }
         char piece[256];
         size_t len = 0;
-        if (pl_token_to_piece(model, tok, false, piece, sizeof piece, &len) == PL_OK) buf_add(&text, piece, len);
+        if (pl_token_to_piece(model, tok, false, piece, sizeof piece, &len) == PL_OK) pl_srv_buf_add(&text, piece, len);
         if (!json) {
-            size_t ok = utf8_flushable(text.p, text.n);
+            size_t ok = pl_srv_utf8_complete(text.p, text.n);
             if (ok > flushed) { fwrite(text.p + flushed, 1, ok - flushed, stdout); fflush(stdout); flushed = ok; }
         }
         if (step + 1 == max_tokens) break;
