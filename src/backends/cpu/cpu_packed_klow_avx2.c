@@ -76,12 +76,16 @@ PL_VNNI_KAI __m512i pl_klow_codes(__m512i v, int j, const uint64_t *hm, int Q3) 
 
 /* One panel x R activation rows (R = 1..4). The 16 code vectors of a block
  * are t = 4q + c (q = 0..3, c = 0..3): bit pair j of vector t holds chunk c
- * of sub-block s = 4j + q. Per q pair (q0, q0 + 1) and j pair, 4 lane sums
- * per row (16 accumulators at R = 4); a pair of sub-blocks (2p, 2p + 1) =
+ * of sub-block s = 4j + q. Per q pair (q0, q0 + 1) and NJ bit pairs, 2 NJ
+ * lane sums per row; a pair of sub-blocks (2p, 2p + 1) =
  * (4j + q0, 4j + q0 + 1) then goes through one vpdpwssd. */
 PL_VNNI_KAI void pl_klow_panel(int64_t nb, const void *xv, const pl_q8kx *const *y, float *dst, int64_t ldd,
                                __mmask16 mk, const int R, const int Q3) {
     const __m512i lo16 = _mm512_set1_epi32(0xFFFF);
+    /* bit pairs per pass over the code vectors: all 4 for one activation
+     * row (8 accumulators, each vector loaded once), 2 for several (16
+     * accumulators at R = 4, the vectors read twice from L1) */
+    const int NJ = R == 1 ? 4 : 2;
     __m512 accf[4];
     PL_UNROLL
     for (int r = 0; r < R; r++) accf[r] = _mm512_setzero_ps();
@@ -110,10 +114,13 @@ PL_VNNI_KAI void pl_klow_panel(int64_t nb, const void *xv, const pl_q8kx *const 
         PL_UNROLL
         for (int qp = 0; qp < 2; qp++) {
             PL_UNROLL
-            for (int jh = 0; jh < 2; jh++) {
-                __m512i acc[2][2][4];
+            for (int j0 = 0; j0 < 4; j0 += NJ) {
+                __m512i acc[2][4][4];
                 PL_UNROLL
-                for (int r = 0; r < R; r++) acc[0][0][r] = acc[0][1][r] = acc[1][0][r] = acc[1][1][r] = _mm512_setzero_si512();
+                for (int jj = 0; jj < NJ; jj++) {
+                    PL_UNROLL
+                    for (int r = 0; r < R; r++) acc[0][jj][r] = acc[1][jj][r] = _mm512_setzero_si512();
+                }
                 PL_UNROLL
                 for (int qq = 0; qq < 2; qq++) {
                     const int q = 2 * qp + qq;
@@ -122,8 +129,8 @@ PL_VNNI_KAI void pl_klow_panel(int64_t nb, const void *xv, const pl_q8kx *const 
                         const int t = 4 * q + c;
                         const __m512i v = pl_ld512_k(qs[t]);
                         PL_UNROLL
-                        for (int jj = 0; jj < 2; jj++) {
-                            const int j = 2 * jh + jj;
+                        for (int jj = 0; jj < NJ; jj++) {
+                            const int j = j0 + jj;
                             const __m512i w = pl_klow_codes(v, j, Q3 ? &hm[t][j] : NULL, Q3);
                             PL_UNROLL
                             for (int r = 0; r < R; r++)
@@ -133,8 +140,8 @@ PL_VNNI_KAI void pl_klow_panel(int64_t nb, const void *xv, const pl_q8kx *const 
                     }
                 }
                 PL_UNROLL
-                for (int jj = 0; jj < 2; jj++) {
-                    const int j = 2 * jh + jj, p = 2 * j + qp, sh = pl_klow_shift(j, Q3);
+                for (int jj = 0; jj < NJ; jj++) {
+                    const int j = j0 + jj, p = 2 * j + qp, sh = pl_klow_shift(j, Q3);
                     const __m256i raw = _mm256_loadu_si256((const __m256i *)sp[p]);
                     /* lane r: (scale of 2p, scale of 2p + 1) as int16 [q2_K: and the mins] */
                     __m512i sc, m;
