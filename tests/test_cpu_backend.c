@@ -2,7 +2,8 @@
  * The cpu backend's fast paths that test_ops (one kernel call on a bare
  * context) does not reach:
  *   - prepared (repacked) weights: matmul with a prepared q4_K / q6_K / f16
- *     weight against ref and against the same context without preparation,
+ *     (q4_0 / q5_0 / q2_K / q3_K) weight against ref and against the same
+ *     context without preparation,
  *     for 1 (decode) and many (prefill) activation rows, batched == one row
  *     at a time bit for bit; get_rows from a prepared table == ref exactly;
  *     the "copied" callback covers every byte of every original;
@@ -540,6 +541,10 @@ int main(void) {
     test_prepared_matmul(PL_Q4_0, 96, 136);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_0, 768, 48);
     test_prepared_matmul(PL_Q5_0, 224, 40);
+    test_prepared_matmul(PL_Q2_K, 512, 64);
+    test_prepared_matmul(PL_Q2_K, 768, 136);   /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q3_K, 1024, 48);
+    test_prepared_matmul(PL_Q3_K, 256, 40);    /* one block, a padded last panel */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);
@@ -548,6 +553,8 @@ int main(void) {
         test_fusion(PL_Q6_K, M, 136);
         test_fusion(PL_Q4_0, M, 256);
         test_fusion(PL_Q5_0, M, 136);
+        test_fusion(PL_Q2_K, M, 256);
+        test_fusion(PL_Q3_K, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);

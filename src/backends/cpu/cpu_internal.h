@@ -169,8 +169,36 @@ typedef struct pl_q80x {
     int8_t qs[32];
 } pl_q80x;
 
+/* q2_K -> pl_q2kx16, q3_K -> pl_q3kx16 (16 rows per block of 256 k; kernels
+ * in cpu_packed_klow_avx2.c, activations pl_q8kx). The 2-bit codes: vector
+ * t = 4q + c (q, c = 0..3) holds at byte 4*r + e, bit pair j, element
+ * 16*(4j + q) + 4c + e of row r (chunk c of sub-block s = 4j + q), so every
+ * chunk of a sub-block sits at the same bit pair (taken out by an AND alone).
+ * q2_K keeps its scale/min bytes as in the file (scale low nibble, min high),
+ * paired [p][row][s & 1] for sub-blocks s = 2p, 2p + 1: 1344 bytes per
+ * panel block, as the 16 original blocks. q3_K: the 6-bit scales minus 32
+ * as int8, paired the same way; hm[t][j] bit 4*r + e: the hmask bit of that
+ * code (a 64-bit byte mask per chunk vector); padded to 1856 bytes (29 cache
+ * lines, 1.05x the file) so that no code vector straddles two lines (8%
+ * faster decode sweeps from memory than 1824 unaligned bytes in
+ * bench_packed). Exactly the file's numbers. */
+typedef struct pl_q2kx16 {
+    uint16_t d[16], dmin[16];   /* f16, per row */
+    uint8_t sm[8][16][2];       /* [pair][row][s & 1]: scales[s] of the original */
+    uint8_t qs[16][64];         /* [vector t][4*row + e] */
+} pl_q2kx16;
+typedef struct pl_q3kx16 {
+    uint8_t qs[16][64];         /* low 2 bits, as pl_q2kx16.qs */
+    uint64_t hm[16][4];         /* [vector t][bit pair j]: bit 4*row + e */
+    int8_t sc[8][16][2];        /* [pair][row][s & 1]: scale s - 32 */
+    uint16_t d[16];             /* f16, per row */
+    uint8_t pad[32];            /* to a multiple of 64 bytes */
+} pl_q3kx16;
+_Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whole cache lines per panel block");
+
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
-                                PL_PACK_Q40_X16, PL_PACK_Q50_X16 } pl_cpu_pack_kind;
+                                PL_PACK_Q40_X16, PL_PACK_Q50_X16,
+                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -238,6 +266,11 @@ void pl_cpu_q80x_quantize_avx2(const float *x, pl_q80x *y, int64_t K);
 void pl_cpu_gemm_q40x16_vnni(int64_t K, const pl_q40x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q50x16_vnni(int64_t K, const pl_q50x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+/* q2_K / q3_K prepared kernels (cpu_packed_klow_avx2.c) */
+void pl_cpu_gemm_q2kx16_vnni(int64_t K, const pl_q2kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q3kx16_vnni(int64_t K, const pl_q3kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);

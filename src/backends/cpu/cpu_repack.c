@@ -5,8 +5,8 @@
  * TLB and let the prefetchers run across what would be 4 KiB boundaries).
  *
  * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
- * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K / q4_0 / q5_0
- * with N % 8 == 0 (16-row panels, the last one zero-padded when
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K / q4_0 / q5_0 /
+ * q2_K / q3_K with N % 8 == 0 (16-row panels, the last one zero-padded when
  * N % 16 == 8; q4_0 / q5_0 also not with PL_CPU_LEGACY=0),
  * f16 with N % 16 == 0. Everything else keeps the original layout and the
  * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
@@ -63,6 +63,8 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_F16: return K % 8 == 0 && N % PL_F16X_GROUP == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
         case PL_Q4_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q40_X16 : PL_PACK_NONE;
         case PL_Q5_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q50_X16 : PL_PACK_NONE;
+        case PL_Q2_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q2K_X16 : PL_PACK_NONE;
+        case PL_Q3_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q3K_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -74,6 +76,8 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_F16_X16: return (size_t)N * (size_t)K * 2;
         case PL_PACK_Q40_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q40x16);
         case PL_PACK_Q50_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q50x16);
+        case PL_PACK_Q2K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q2kx16);
+        case PL_PACK_Q3K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q3kx16);
         default: return 0;
     }
 }
@@ -188,6 +192,52 @@ static void pl_pack_q50_panel(const char *src, size_t row_bytes, int64_t nb, int
         }
 }
 
+/* q2_K / q3_K: element k of a block has its 2 low bits at bits 2 ((k % 128) / 32)
+ * of qs[32 (k / 128) + k % 32] and (q3_K) its high bit at bit k / 32 of
+ * hmask[k % 32]. In the layout, element k = 16 s + 4 c + e (s = 4 j + q)
+ * goes to bit pair j of byte 4 r + e of vector 4 q + c. */
+static inline int pl_q2_code(const uint8_t *qs, int k) { return (qs[32 * (k / 128) + k % 32] >> (2 * ((k % 128) / 32))) & 3; }
+static inline int pl_klow_elem(int t, int j, int e) { return 16 * (4 * j + t / 4) + 4 * (t % 4) + e; }
+
+static void pl_pack_q2k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q2kx16 *out) {
+    memset(out, 0, (size_t)nb * sizeof *out);   /* the codes are or-ed in; padding rows stay 0 */
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q2_K *x = (const block_q2_K *)(src + r * row_bytes) + b;
+            out[b].d[r] = x->d;
+            out[b].dmin[r] = x->dmin;
+            for (int s = 0; s < 16; s++) out[b].sm[s / 2][r][s & 1] = x->scales[s];
+            for (int t = 0; t < 16; t++)
+                for (int j = 0; j < 4; j++)
+                    for (int e = 0; e < 4; e++)
+                        out[b].qs[t][4 * r + e] |= (uint8_t)(pl_q2_code(x->qs, pl_klow_elem(t, j, e)) << (2 * j));
+        }
+}
+
+/* The 6-bit scale s of a q3_K block minus 32 (as pl_dequantize_row_q3_K). */
+static inline int pl_q3k_scale(const uint8_t sc[12], int s) {
+    const int lo = s < 8 ? (sc[s] & 0xF) : (sc[s - 8] >> 4);
+    const int hi = (sc[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+
+static void pl_pack_q3k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q3kx16 *out) {
+    memset(out, 0, (size_t)nb * sizeof *out);
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q3_K *x = (const block_q3_K *)(src + r * row_bytes) + b;
+            out[b].d[r] = x->d;
+            for (int s = 0; s < 16; s++) out[b].sc[s / 2][r][s & 1] = (int8_t)pl_q3k_scale(x->scales, s);
+            for (int t = 0; t < 16; t++)
+                for (int j = 0; j < 4; j++)
+                    for (int e = 0; e < 4; e++) {
+                        const int k = pl_klow_elem(t, j, e);
+                        out[b].qs[t][4 * r + e] |= (uint8_t)(pl_q2_code(x->qs, k) << (2 * j));
+                        out[b].hm[t][j] |= (uint64_t)((x->hmask[k % 32] >> (k / 32)) & 1) << (4 * r + e);
+                    }
+        }
+}
+
 static void pl_pack_f16_panel(const char *src, size_t row_bytes, int64_t K, uint16_t *out) {
     for (int r = 0; r < PL_F16X_GROUP; r++) {
         const uint16_t *x = (const uint16_t *)(src + r * row_bytes);
@@ -229,6 +279,8 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_F16_X16: pl_pack_f16_panel(src, w->nb[1], K, (uint16_t *)dst); break;
             case PL_PACK_Q40_X16: pl_pack_q40_panel(src, w->nb[1], K / QK8_0, nr, (pl_q40x16 *)dst); break;
             case PL_PACK_Q50_X16: pl_pack_q50_panel(src, w->nb[1], K / QK8_0, nr, (pl_q50x16 *)dst); break;
+            case PL_PACK_Q2K_X16: pl_pack_q2k_panel(src, w->nb[1], K / QK_K, nr, (pl_q2kx16 *)dst); break;
+            case PL_PACK_Q3K_X16: pl_pack_q3k_panel(src, w->nb[1], K / QK_K, nr, (pl_q3kx16 *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
@@ -378,6 +430,35 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
                     int q = (qs[c / 2][4 * l + e] >> (4 * (c & 1))) & 0xF;
                     if (q5) q |= ((((const pl_q50x16 *)xb)->qh[4 * l + e] >> c) & 1) << 4;
                     out[k] = (q - (q5 ? 16 : 8)) * d;
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q2K_X16: {
+            /* dl * q - ml, as pl_dequantize_row_q2_K */
+            const pl_q2kx16 *x = (const pl_q2kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
+            for (int64_t b = 0; b < nb; b++, out += QK_K) {
+                const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
+                for (int k = 0; k < QK_K; k++) {
+                    const int s = k / 16, c = (k % 16) / 4, e = k % 4, j = s / 4, t = 4 * (s % 4) + c;
+                    const uint8_t sc = x[b].sm[s / 2][l][s & 1];
+                    const float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
+                    out[k] = dl * ((x[b].qs[t][4 * l + e] >> (2 * j)) & 3) - ml;
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q3K_X16: {
+            /* dl * (low - 4 * !hbit), as pl_dequantize_row_q3_K */
+            const pl_q3kx16 *x = (const pl_q3kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
+            for (int64_t b = 0; b < nb; b++, out += QK_K) {
+                const float d_all = pl_f16_to_f32(x[b].d[l]);
+                for (int k = 0; k < QK_K; k++) {
+                    const int s = k / 16, c = (k % 16) / 4, e = k % 4, j = s / 4, t = 4 * (s % 4) + c;
+                    const float dl = d_all * x[b].sc[s / 2][l][s & 1];
+                    const int low = (x[b].qs[t][4 * l + e] >> (2 * j)) & 3;
+                    const int hb = (int)((x[b].hm[t][j] >> (4 * l + e)) & 1);
+                    out[k] = dl * (low - (hb ? 0 : 4));
                 }
             }
             break;
