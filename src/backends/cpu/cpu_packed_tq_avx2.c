@@ -15,10 +15,13 @@
  * alone, bit for bit.
  *
  * tq1_0 is expanded to this 2-bit form at load rather than decoded from its
- * base-3 bytes here: a trit costs a multiply by 3^k (2 byte adds) and a
- * top-digit extraction (~5 ops) per 64 trits, about 3x the 2-bit unpacking,
- * which puts the decode sweep at the ALU limit instead of the memory limit
- * it reaches with the extra 22% of bytes (bench/RESULTS.md).
+ * base-3 bytes here. Arithmetic extraction costs a multiply by 3^k (2 byte
+ * adds) and a top-digit extraction (~5 ops) per 64 trits; a 256-entry
+ * lookup (AVX-512 VBMI: two vpermt2b, each with a copy of its table
+ * register, and a blend) ~5 uops. Against ~1.75 for the 2-bit unpacking,
+ * either makes the sweep ALU-bound: the lookup version, keeping the file's
+ * 1.69 bits per weight, measured 10-20% slower in decode and ~40% slower in
+ * prefill than the expanded 2.06 bits (bench/RESULTS.md, git history).
  *
  * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
  * attribute and run only after pl_cpu_has_vnni512().
