@@ -74,13 +74,21 @@ static void on_copied(void *user, const void *p, size_t bytes) {
     if (c >= l->base && c + bytes <= l->base + l->size) memset(l->seen + (c - l->base), 1, bytes);
 }
 
+/* One weight row: x quantized, or for a type without a reference quantizer
+ * (tq1_0 / tq2_0) random blocks (pl_random_block). */
+static void fill_row(pl_rng *r, pl_dtype dt, const float *x, char *row, int64_t K) {
+    if (pl_quantize_row(dt, x, row, K)) return;
+    const pl_dtype_traits *tr = pl_dtype_get(dt);
+    for (int64_t b = 0; b < K / tr->block_size; b++) pl_random_block(r, dt, (unsigned char *)row + b * tr->type_size);
+}
+
 static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
     pl_rng r = {(uint64_t)dt * 7919 + (uint64_t)K};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
     float *wf = malloc((size_t)(K * N) * sizeof(float));
     pl_fill_normal(&r, wf, K * N, 1.0f);
     char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
-    for (int64_t n = 0; n < N; n++) pl_quantize_row(dt, wf + n * K, wq + n * row, K);
+    for (int64_t n = 0; n < N; n++) fill_row(&r, dt, wf + n * K, wq + n * row, K);
     pl_tensor w;
     pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
 
@@ -169,7 +177,7 @@ static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
     for (int i = 0; i < 3; i++) {
         pl_fill_normal(&r, wf, K * N, 1.0f);
         wq[i] = aligned_alloc(64, (row * (size_t)N + 63) & ~(size_t)63);
-        for (int64_t n = 0; n < N; n++) pl_quantize_row(dt, wf + n * K, wq[i] + n * row, K);
+        for (int64_t n = 0; n < N; n++) fill_row(&r, dt, wf + n * K, wq[i] + n * row, K);
         pl_tensor_init(&w[i], dt, 2, (int64_t[]){K, N}, wq[i]);
         w[i].buffer = PL_BUF_WEIGHTS;
     }
@@ -545,6 +553,10 @@ int main(void) {
     test_prepared_matmul(PL_Q2_K, 768, 136);   /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q3_K, 1024, 48);
     test_prepared_matmul(PL_Q3_K, 256, 40);    /* one block, a padded last panel */
+    test_prepared_matmul(PL_TQ2_0, 1024, 64);
+    test_prepared_matmul(PL_TQ2_0, 768, 40);   /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_TQ1_0, 512, 48);
+    test_prepared_matmul(PL_TQ1_0, 1280, 136); /* an odd block count, a padded last panel */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);
@@ -555,6 +567,8 @@ int main(void) {
         test_fusion(PL_Q5_0, M, 136);
         test_fusion(PL_Q2_K, M, 256);
         test_fusion(PL_Q3_K, M, 136);
+        test_fusion(PL_TQ2_0, M, 256);
+        test_fusion(PL_TQ1_0, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);

@@ -198,7 +198,7 @@ _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whol
 
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
-                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16 } pl_cpu_pack_kind;
+                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -278,6 +278,30 @@ void pl_cpu_gemm_q6kx16_vnni(int64_t K, const pl_q6kx16 *w, int64_t p0, int64_t 
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_f16x16_vnni(int64_t K, const uint16_t *w, int64_t p0, int64_t p1, const float *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* Ternary weights (tq2_0 and tq1_0) -> PL_PACK_TQ_X16 (cpu_packed_tq.c packs,
+ * cpu_packed_tq_avx2.c computes): both types as trits t = 0..2 (value
+ * t - 1) in 2 bits, 16 rows per panel. A panel of a K-column weight, nb =
+ * K / 256 blocks:
+ *   codes  [nb][16 vectors][64 bytes]: byte 4r + e of vector v, bits 2j..2j+1:
+ *          the trit of element 16v + 4j + e of row r (4 chunks of 4 k per
+ *          row and vector: one load feeds 4 vpdpbusd);
+ *   scales [nb][16] f16: row r's block scale d;
+ *   zero padding to a multiple of 64 bytes (every code vector 64-aligned).
+ * tq1_0's 5-trits-per-byte form is expanded at load (+22% bytes: a decode
+ * sweep then reads 2.06 instead of 1.69 bits per weight, but decoding base 3
+ * in the inner loop costs more than that; see cpu_packed_tq_avx2.c).
+ * Activations: pl_q8kx (the block's code sum, from bsum32, takes the -1 out). */
+static inline size_t pl_tqx_panel_bytes(int64_t K) {
+    const size_t nb = (size_t)(K / QK_K);
+    return nb * 1024 + ((nb * 32 + 63) & ~(size_t)63);
+}
+void pl_tqx_pack_panel(pl_dtype dt, const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_tqx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                            int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
 
 /* ---- op entry points (one per table entry family) ----------------------------*/

@@ -1,0 +1,81 @@
+/* Load-time packing of ternary weights (tq2_0, tq1_0) into the 2-bit panel
+ * layout PL_PACK_TQ_X16 (cpu_internal.h), and the row decoder get_rows uses
+ * on a prepared table. Portable C: cpu_repack.c calls it from its pack task.
+ *
+ * Both types reduce to the same numbers per block of 256: a f16 scale d and
+ * 256 trits t in 0..2, the weight (t - 1) * d. The packing is a pure
+ * reordering of those (tq1_0's base-3 bytes expanded), so the kernels compute
+ * with exactly the numbers of the file.
+ */
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "core/fp16.h"
+
+/* Trit k (0 = most significant) of a tq1_0 byte, as quant/dequant_iq.c and
+ * GGML: multiplying by 3^k (mod 256) moves it to the top, then * 3 >> 8. */
+static inline uint8_t pl_tq1_trit(uint8_t byte, int k) {
+    static const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    const uint8_t q = (uint8_t)(byte * pow3[k]);
+    return (uint8_t)(((uint16_t)q * 3) >> 8);
+}
+
+/* The 256 trits of one block, in element order (quant/blocks.h). */
+static void pl_tq_block_trits(pl_dtype dt, const void *blk, uint8_t t[QK_K], uint16_t *d) {
+    if (dt == PL_TQ2_0) {
+        const block_tq2_0 *b = blk;
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 4; l++)
+                for (int m = 0; m < 32; m++) t[128 * h + 32 * l + m] = (b->qs[32 * h + m] >> (2 * l)) & 3;
+        *d = b->d;
+    } else {
+        const block_tq1_0 *b = blk;
+        int n = 0;
+        /* qs[0..31]: 5 x 32 elements; qs[32..47]: 5 x 16; qh[0..3]: 4 x 4 */
+        for (int k = 0; k < 5; k++)
+            for (int m = 0; m < 32; m++) t[n++] = pl_tq1_trit(b->qs[m], k);
+        for (int k = 0; k < 5; k++)
+            for (int m = 0; m < 16; m++) t[n++] = pl_tq1_trit(b->qs[32 + m], k);
+        for (int k = 0; k < 4; k++)
+            for (int j = 0; j < 4; j++) t[n++] = pl_tq1_trit(b->qh[j], k);
+        *d = b->d;
+    }
+}
+
+/* One panel: nr (<= 16) rows of row_bytes from src. Rows past nr (a padded
+ * last panel) get d = 0 and trits 0; their results are never stored. */
+void pl_tqx_pack_panel(pl_dtype dt, const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    const int64_t nb = K / QK_K;
+    const size_t bsz = dt == PL_TQ2_0 ? sizeof(block_tq2_0) : sizeof(block_tq1_0);
+    uint16_t *scales = (uint16_t *)(out + nb * 1024);
+    memset(out, 0, pl_tqx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *codes = out + b * 1024;
+        for (int r = 0; r < nr; r++) {
+            uint8_t t[QK_K];
+            uint16_t d;
+            pl_tq_block_trits(dt, src + r * row_bytes + (size_t)b * bsz, t, &d);
+            scales[b * PL_KQX_ROWS + r] = d;
+            for (int v = 0; v < 16; v++)
+                for (int e = 0; e < 4; e++)
+                    codes[64 * v + 4 * r + e] = (uint8_t)(t[16 * v + e] | t[16 * v + 4 + e] << 2 |
+                                                          t[16 * v + 8 + e] << 4 | t[16 * v + 12 + e] << 6);
+        }
+    }
+}
+
+/* Row r of a prepared ternary weight, as pl_dequantize_row_tq2_0 / tq1_0
+ * compute it: (float)(t - 1) * d. */
+void pl_tqx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_tqx_panel_bytes(K);
+    const uint16_t *scales = (const uint16_t *)(panel + nb * 1024);
+    for (int64_t b = 0; b < nb; b++, out += QK_K) {
+        const float d = pl_f16_to_f32(scales[b * PL_KQX_ROWS + l]);
+        const uint8_t *codes = panel + b * 1024;
+        for (int k = 0; k < QK_K; k++) {
+            const int t = (codes[64 * (k / 16) + 4 * l + k % 4] >> (2 * ((k / 4) % 4))) & 3;
+            out[k] = (float)(t - 1) * d;
+        }
+    }
+}

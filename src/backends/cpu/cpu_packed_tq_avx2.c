@@ -1,0 +1,162 @@
+/* Prepared-weight kernels for the ternary types (tq2_0, tq1_0; layout
+ * PL_PACK_TQ_X16 in cpu_internal.h, packed by cpu_packed_tq.c), in the
+ * manner of the k-quant ones of cpu_packed_avx2.c: 16 rows per panel, one
+ * 32-bit lane per row, vpdpbusd of 4 unsigned trits t = 0..2 (a "chunk")
+ * against the 4 q8_K activation bytes broadcast. One 64-byte code vector
+ * holds 4 chunks of every row (2 bits each): one load, 4 ANDs and 3 shifts
+ * feed 4 vpdpbusd. Per block of 256 and row:
+ *     sumi = sum(t * q8) - sum(q8)               (the weight is t - 1; exact
+ *                                                 integers, |sumi| < 2^16)
+ *     acc += (float)sumi * (d * dy)
+ * which is ggml_vec_dot_tq2_0_q8_K's / tq1_0_q8_K's integer dot per block and
+ * its float step (sumf += (float)sumi * d, the block order); sum(q8) is the
+ * q8_K block's bsums added up (pl_q8kx.bsum32). The float steps are the same
+ * operations whatever the number of activation rows of a call: batched ==
+ * alone, bit for bit.
+ *
+ * tq1_0 is expanded to this 2-bit form at load rather than decoded from its
+ * base-3 bytes here. Arithmetic extraction costs a multiply by 3^k (2 byte
+ * adds) and a top-digit extraction (~5 ops) per 64 trits; a 256-entry
+ * lookup (AVX-512 VBMI: two vpermt2b, each with a copy of its table
+ * register, and a blend) ~5 uops. Against ~1.75 for the 2-bit unpacking,
+ * either makes the sweep ALU-bound: the lookup version, keeping the file's
+ * 1.69 bits per weight, measured 10-20% slower in decode and ~40% slower in
+ * prefill than the expanded 2.06 bits (bench/RESULTS.md, git history).
+ *
+ * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
+ * attribute and run only after pl_cpu_has_vnni512().
+ */
+#include <immintrin.h>
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_simd_avx2.h"
+
+#define PL_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+#define PL_VNNI_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+
+typedef int32_t pl_i32u_t __attribute__((aligned(1), may_alias));
+PL_VNNI_AI __m512i pl_dpt(__m512i acc, __m512i w, const int8_t *y) {
+    return _mm512_dpbusd_epi32(acc, w, _mm512_set1_epi32(*(const pl_i32u_t *)y));
+}
+
+/* One 64-byte code vector, loaded once (see pl_ld512 in cpu_packed_avx2.c:
+ * otherwise the compiler folds the load into each of its 4 users). */
+PL_VNNI_AI __m512i pl_ld512_t(const void *p) {
+    __m512i v = _mm512_load_si512(p);
+    __asm__("" : "+v"(v));
+    return v;
+}
+
+PL_VNNI_AI __mmask16 pl_panel_mask_t(int64_t p, int64_t N) {
+    const int64_t left = N - PL_KQX_ROWS * p;
+    return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+/* The trits of chunks 4v + j (j = 0..3) of a code vector. */
+PL_VNNI_AI void pl_trits(const uint8_t *p, __m512i t[4]) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i b = pl_ld512_t(p);
+    t[0] = _mm512_and_si512(b, m3);
+    t[1] = _mm512_and_si512(_mm512_srli_epi16(b, 2), m3);
+    t[2] = _mm512_and_si512(_mm512_srli_epi16(b, 4), m3);
+    t[3] = _mm512_and_si512(_mm512_srli_epi16(b, 6), m3);
+}
+
+/* -sum of the 256 codes of an activation block (the -1 of every weight). */
+PL_VNNI_AI int32_t pl_neg_bsum(const pl_q8kx *y) {
+    int32_t s = 0;
+    for (int g = 0; g < 8; g++) s += y->bsum32[g];
+    return -s;
+}
+
+/* One panel, one activation row (decode): 8 independent vpdpbusd chains
+ * (chunk j of even / odd vectors). */
+PL_VNNI_AI __m512 pl_tq_gemv_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *y) {
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * 1024;
+        const int8_t *q = y[b].b.qs;
+        __m512i acc[8];
+        acc[0] = _mm512_set1_epi32(pl_neg_bsum(&y[b]));
+        PL_UNROLL
+        for (int i = 1; i < 8; i++) acc[i] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int v = 0; v < 16; v++) {
+            __m512i t[4];
+            pl_trits(xb + 64 * v, t);
+            PL_UNROLL
+            for (int j = 0; j < 4; j++) acc[4 * (v & 1) + j] = pl_dpt(acc[4 * (v & 1) + j], t[j], q + 16 * v + 4 * j);
+        }
+        const __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(acc[0], acc[1]), _mm512_add_epi32(acc[2], acc[3])),
+                                           _mm512_add_epi32(_mm512_add_epi32(acc[4], acc[5]), _mm512_add_epi32(acc[6], acc[7])));
+        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))),
+                                        _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, accf);
+    }
+    return accf;
+}
+
+/* One panel, R activation rows (prefill): two chains per row; the unpacked
+ * trits serve every row. */
+PL_VNNI_AI void pl_tq_gemm_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *const *y,
+                                 float *d, int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * 1024;
+        __m512i a0[4], a1[4];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            a0[c] = _mm512_set1_epi32(pl_neg_bsum(&y[c][b]));
+            a1[c] = _mm512_setzero_si512();
+        }
+        PL_UNROLL
+        for (int v = 0; v < 16; v++) {
+            __m512i t[4];
+            pl_trits(xb + 64 * v, t);
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                const int8_t *q = y[c][b].b.qs + 16 * v;
+                a0[c] = pl_dpt(a0[c], t[0], q);
+                a1[c] = pl_dpt(a1[c], t[1], q + 4);
+                a0[c] = pl_dpt(a0[c], t[2], q + 8);
+                a1[c] = pl_dpt(a1[c], t[3], q + 12);
+            }
+        }
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++)
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[c], a1[c])),
+                                      _mm512_mul_ps(d0, _mm512_set1_ps(y[c][b].b.d)), accf[c]);
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+}
+
+PL_VNNI void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                                    int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_tqx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *scales = (const uint16_t *)(codes + nb * 1024);
+        const __mmask16 mk = pl_panel_mask_t(p, N);
+        if (c1 - c0 == 1) {
+            const __m512 r = pl_tq_gemv_panel(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as));
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_tq_gemm_panel(nb, codes, scales, y, d, N, mk, 4); break;
+                case 3: pl_tq_gemm_panel(nb, codes, scales, y, d, N, mk, 3); break;
+                case 2: pl_tq_gemm_panel(nb, codes, scales, y, d, N, mk, 2); break;
+                default: pl_tq_gemm_panel(nb, codes, scales, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
