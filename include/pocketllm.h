@@ -65,6 +65,15 @@ typedef struct pl_model_params {
                                 than 64 tokens), so a cached prefix or other sequences in the
                                 batch never change a result. false (default) follows llama.cpp:
                                 batches of 64+ tokens use f32 attention. The server sets it. */
+    /* KV cache element types, llama.cpp's --cache-type-k / --cache-type-v:
+     * "f16" (NULL or "" = f16, the default), "q8_0" or "q4_0". A quantized
+     * cache is rotated by a Walsh-Hadamard matrix as llama.cpp does (head
+     * size a multiple of 64; env PL_ATTN_ROT_DISABLE=1 turns that off, as
+     * LLAMA_ATTN_ROT_DISABLE does there). An unknown name, or a type the
+     * device's backend has no kernel for, fails the load before any weight
+     * is read. */
+    const char *cache_type_k;
+    const char *cache_type_v;
 } pl_model_params;
 
 PL_API pl_model_params pl_model_default_params(void);
