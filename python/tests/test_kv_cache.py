@@ -42,3 +42,22 @@ def test_cache_type_changes_the_plan():
 def test_unknown_cache_type(bad):
     with pytest.raises(pocketllm.InvalidArgumentError):
         pocketllm.Model(model_path("tiny-qwen3-f16"), ctx=64, cache_type_k=bad)
+
+
+@pytest.mark.parametrize("ctype", [None, "q8_0", "q4_0"])
+def test_fit_cache_types_match_cli(ctype):
+    """pocketllm.fit with cache types gives `pocketllm fit --json -ctk -ctv`'s plan,
+    with each rung's cache types and longest context."""
+    import subprocess
+    from test_quant_api import _comparable, cli
+    src = model_path("tiny-qwen3-q4_k_m")
+    kw = {"cache_type_k": ctype, "cache_type_v": ctype} if ctype else {}
+    plan = pocketllm.fit(src, memory=12 << 20, n_ctx=512, threads=2, **kw)
+    args = ["-ctk", ctype, "-ctv", ctype] if ctype else []
+    r = cli("fit", "--model", src, "--memory", str(12 << 20), "--ctx", "512", "--threads", "2", "--json", *args)
+    assert r.returncode in (0, 3), r.stderr
+    assert _comparable(plan) == json.loads(r.stdout)
+    for g in plan["rungs"]:
+        if ctype:
+            assert (g["cache_type_k"], g["cache_type_v"]) == (ctype, ctype)
+        assert g["max_ctx"] >= 0
