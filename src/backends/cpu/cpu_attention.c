@@ -573,6 +573,7 @@ typedef struct pl_attq_job {
     int64_t hd, n_tok, n_kv_head, group;
     size_t qrow, per_thread;
     float scale;
+    bool avx2;
     char *scratch;
     int64_t n_tasks;
     atomic_llong next;
@@ -631,11 +632,19 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
                 if (s > M[r]) {
                     ms = expf(M[r] - s);   /* 0 on the first position (M = -inf) */
                     M[r] = s;
-                    for (int64_t d = 0; d < hd; d++) a[d] *= ms;
                 } else {
                     vs = expf(s - M[r]);
                 }
-                for (int64_t d = 0; d < hd; d++) a[d] += vs * vr[d];
+#if PL_CPU_HAVE_AVX2_BUILD
+                if (j->avx2) {
+                    pl_cpu_attq_axpy_avx2(a, vr, ms, vs, hd);   /* hd % 32 == 0 here */
+                } else
+#endif
+                {
+                    if (ms != 1.0f)
+                        for (int64_t d = 0; d < hd; d++) a[d] *= ms;
+                    for (int64_t d = 0; d < hd; d++) a[d] += vs * vr[d];
+                }
                 S[r] = S[r] * ms + vs;
             }
         }
@@ -678,6 +687,7 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     job.qrow = pl_attq_qrow(job.kt, job.hd);
     job.per_thread = pl_attq_per_thread(node);
     job.scale = node->fparams[0];
+    job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
     job.n_tasks = job.n_tok * job.n_kv_head;
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;

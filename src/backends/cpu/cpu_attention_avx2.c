@@ -803,3 +803,18 @@ PL_AVX512 void pl_cpu_att_flash_avx512(int R, const float *const *q, const int64
         for (int64_t d = 0; d < hd; d++) out[r][d] = O[r * hd + d] * inv;
     }
 }
+
+/* a = a * ms + vs * v (n a multiple of 8): the online-softmax update of the
+ * quantized-cache path, one rounding for the scale, one fused multiply-add
+ * for the weighted V row (as ggml_vec_scale_f32 + ggml_vec_mad_f32). */
+void pl_cpu_attq_axpy_avx2(float *a, const float *v, float ms, float vs, int64_t n) {
+    const __m256 vm = _mm256_set1_ps(ms), vv = _mm256_set1_ps(vs);
+    if (ms == 1.0f) {
+        for (int64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vv, _mm256_loadu_ps(a + i)));
+    } else {
+        for (int64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vv,
+                                                    _mm256_mul_ps(_mm256_loadu_ps(a + i), vm)));
+    }
+}
