@@ -580,8 +580,13 @@ typedef struct pl_attq_job {
 } pl_attq_job;
 
 /* One V row slice (hd elements) as f32: decoded into buf, or the row itself. */
-static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_t hd) {
+static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_t hd, bool avx2) {
     if (t == PL_F32) return (const float *)src;
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (avx2 && pl_cpu_attq_decode_avx2(t, src, buf, hd)) return buf;
+#else
+    (void)avx2;
+#endif
     pl_dequantize_row(t, src, buf, hd);
     return buf;
 }
@@ -624,7 +629,7 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
             }
         }
         for (int64_t i = 0; i < n; i++) {
-            const float *vr = pl_attq_vrow(v->dtype, vb + (j0 + i) * v->nb[1], vf, hd);
+            const float *vr = pl_attq_vrow(v->dtype, vb + (j0 + i) * v->nb[1], vf, hd, j->avx2);
             for (int64_t r = 0; r < R; r++) {
                 const float s = sc[r * PL_ATTQ_JB + i] * j->scale;
                 float ms = 1.0f, vs = 1.0f;
