@@ -65,6 +65,15 @@ typedef struct pl_model_params {
                                 than 64 tokens), so a cached prefix or other sequences in the
                                 batch never change a result. false (default) follows llama.cpp:
                                 batches of 64+ tokens use f32 attention. The server sets it. */
+    /* KV cache element types, llama.cpp's --cache-type-k / --cache-type-v:
+     * "f16" (NULL or "" = f16, the default), "q8_0" or "q4_0". A quantized
+     * cache is rotated by a Walsh-Hadamard matrix as llama.cpp does (head
+     * size a multiple of 64; env PL_ATTN_ROT_DISABLE=1 turns that off, as
+     * LLAMA_ATTN_ROT_DISABLE does there). An unknown name, or a type the
+     * device's backend has no kernel for, fails the load before any weight
+     * is read. */
+    const char *cache_type_k;
+    const char *cache_type_v;
 } pl_model_params;
 
 PL_API pl_model_params pl_model_default_params(void);
@@ -508,6 +517,13 @@ typedef struct pl_fit_params {
     int n_ctx;                 /* 0 = as pl_model_load: min(trained, 4096) */
     int n_threads;             /* 0 = all cores (the work memory depends on it) */
     uint64_t budget;           /* bytes; 0 = the device's free memory */
+    /* KV cache types, as pl_model_params.cache_type_k / _v. Both NULL: the
+     * planner chooses per rung -- f16, else q8_0 when that makes the rung fit
+     * (the cache is lowered before the weights: a rotated q8_0 cache costs
+     * less quality than the next weight rung). Either set: every rung is
+     * planned with exactly these (NULL then means f16). */
+    const char *cache_type_k;
+    const char *cache_type_v;
 } pl_fit_params;
 
 /* Why the plan is what it is (stable values). */
@@ -531,6 +547,11 @@ typedef struct pl_fit_rung_info {
     pl_memory_plan plan;       /* bytes on the device */
     uint64_t n_params;         /* elements of the weights */
     double bpw;                /* weight bits per element */
+    const char *cache_type_k;  /* the KV cache types of this rung's plan ("f16", "q8_0", "q4_0") */
+    const char *cache_type_v;
+    int32_t max_ctx;           /* the longest context (tokens per sequence) the budget holds at this
+                                  rung with those cache types, up to the model's trained context;
+                                  0 when not even a 1-token context fits or the rung cannot run */
 } pl_fit_rung_info;
 
 PL_API pl_fit_params pl_fit_default_params(void);

@@ -303,6 +303,23 @@ static int gen_kv_store(op_case *cs, pl_dtype key, pl_rng *r) {
         pl_fill_rows(mk(c, DST, key, 3, kv_dim, n_ctx, n_seq, pad), r, 1.0f);  /* old cache contents */
         seal(c);
     }
+    /* The Walsh-Hadamard rotation of quantized caches (iparams rot, head_dim):
+     * head_dim 128 turned by H_128 (llama.cpp's K) and by H_64 (its V). */
+    if (key == PL_Q8_0 || key == PL_Q4_0 || key == PL_F16) {
+        static const int rcfg[][2] = {{128, 128}, {64, 128}};
+        for (int i = 0; i < 2; i++) {
+            const int64_t kv_dim = 256, nt = 5, n_ctx = 48, n_seq = 2;
+            op_case *c = new_case(cs, &n, PL_OP_KV_STORE, key);
+            c->node.iparams[0] = rcfg[i][0];
+            c->node.iparams[1] = rcfg[i][1];
+            snprintf(c->desc, sizeof c->desc, "kv_dim=%lld n_tok=%lld rot=%d head_dim=%d", (long long)kv_dim,
+                     (long long)nt, rcfg[i][0], rcfg[i][1]);
+            fill_f32(mk(c, 0, PL_F32, 2, kv_dim, nt, 1, 0), r, 3.0f);
+            pick_slots(r, mk(c, 1, PL_I32, 1, nt, 1, 1, 0), mk(c, 2, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, i);
+            pl_fill_rows(mk(c, DST, key, 3, kv_dim, n_ctx, n_seq, 0), r, 1.0f);
+            seal(c);
+        }
+    }
     return n;
 }
 
@@ -327,6 +344,35 @@ static int gen_attention(op_case *cs, pl_dtype key, pl_rng *r) {
         pick_slots(r, mk(c, 3, PL_I32, 1, nt, 1, 1, 0), mk(c, 4, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, cfg[i][4]);
         mk(c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
         seal(c);
+    }
+    /* Quantized caches as the models use them: rotated (k_rot, v_rot =
+     * iparams[2], [3]), and K and V of different dtypes (f16 with q8_0 /
+     * q4_0, llama.cpp's -ctk / -ctv); a batch of 70 tokens covers prefill. */
+    if (key == PL_Q8_0 || key == PL_Q4_0 || key == PL_F16) {
+        const pl_dtype other = key == PL_F16 ? PL_Q4_0 : PL_F16;
+        static const int qcfg[][7] = {
+            /* head_dim, n_head, n_kv_head, n_tok, k_rot, v_rot, V = other dtype */
+            {128, 4, 1, 7, 128, 64, 0}, {64, 8, 2, 70, 64, 64, 0}, {128, 8, 4, 3, 128, 64, 1},
+            {64, 4, 2, 5, 0, 0, 1},
+        };
+        for (int i = 0; i < 4; i++) {
+            const int64_t hd = qcfg[i][0], nh = qcfg[i][1], nkv = qcfg[i][2], nt = qcfg[i][3], n_ctx = 96, n_seq = 2;
+            const pl_dtype vt = qcfg[i][6] ? other : key;
+            op_case *c = new_case(cs, &n, PL_OP_ATTENTION, key);
+            c->node.iparams[0] = (int32_t)nkv;
+            c->node.iparams[2] = qcfg[i][4];
+            c->node.iparams[3] = qcfg[i][5];
+            c->node.fparams[0] = 1.0f / sqrtf((float)hd);
+            snprintf(c->desc, sizeof c->desc, "head_dim=%lld n_head=%lld n_kv_head=%lld n_tok=%lld k_rot=%d v_rot=%d V %s",
+                     (long long)hd, (long long)nh, (long long)nkv, (long long)nt, qcfg[i][4], qcfg[i][5],
+                     pl_dtype_name(vt));
+            fill_f32(mk(c, 0, PL_F32, 3, hd, nh, nt, 0), r, 1.0f);
+            pl_fill_rows(mk(c, 1, key, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
+            pl_fill_rows(mk(c, 2, vt, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
+            pick_slots(r, mk(c, 3, PL_I32, 1, nt, 1, 1, 0), mk(c, 4, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, i % 2);
+            mk(c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
+            seal(c);
+        }
     }
     return n;
 }
@@ -624,7 +670,7 @@ static void test_tables(void) {
                   pl_backend_supports(ref, PL_OP_GET_ROWS, (pl_dtype)t) == dq,
               "ref weight kernels vs decoders for %s", pl_dtype_name((pl_dtype)t));
     }
-    CHECK(!pl_backend_supports(ref, PL_OP_MATMUL, PL_I32) && !pl_backend_supports(ref, PL_OP_KV_STORE, PL_Q8_0),
+    CHECK(!pl_backend_supports(ref, PL_OP_MATMUL, PL_I32) && !pl_backend_supports(ref, PL_OP_KV_STORE, PL_Q4_K),
           "ref refuses what no schema allows");
 
     /* Every backend: each listed kernel dispatches (to itself or, for a
@@ -763,7 +809,25 @@ static void test_validate(void) {
     n.src[2] = &v32; expect_invalid(&n, "V dtype differs from K");
     n = c.node;
     pl_tensor q8 = c.t[1];
-    q8.dtype = PL_Q8_0; q8.nb[0] = 34; n.src[1] = &q8; expect_invalid(&n, "q8_0 K cache");
+    q8.dtype = PL_Q4_K; q8.nb[0] = 144; n.src[1] = &q8; expect_invalid(&n, "q4_K K cache");
+    /* quantized caches: q8_0 / q4_0 with f16 (either way round) are valid;
+     * the rotation sizes must be powers of two dividing head_dim */
+    pl_tensor kq, vq;
+    {
+        const int64_t ne[3] = {128, 16, 2};
+        pl_tensor_init(&kq, PL_Q8_0, 3, ne, c.t[1].data);
+        pl_tensor_init(&vq, PL_Q4_0, 3, ne, c.t[2].data);
+    }
+    n = c.node;
+    n.src[1] = &kq;
+    CHECK(pl_node_validate(&n) == PL_OK, "q8_0 K with f16 V: %s", pl_last_error());
+    n.src[2] = &vq;
+    n.iparams[2] = 64; n.iparams[3] = 64;
+    CHECK(pl_node_validate(&n) == PL_OK, "q8_0 K, q4_0 V, rotated: %s", pl_last_error());
+    n.iparams[2] = 48; expect_invalid(&n, "k_rot not a power of two");
+    n.iparams[2] = 64; n.iparams[3] = 128; expect_invalid(&n, "v_rot larger than head_dim");
+    n = c.node;
+    n.src[2] = &v32; n.src[1] = &kq; expect_invalid(&n, "q8_0 K with an f32 V");
     free_case(&c);
 
     /* kv_store, rms_norm, add, swiglu, get_rows */
@@ -778,6 +842,17 @@ static void test_validate(void) {
     n = c.node;
     pl_tensor cq = c.t[DST];
     cq.dtype = PL_BF16; n.dst = &cq; expect_invalid(&n, "bf16 cache");
+    {
+        const int64_t ne[3] = {128, 16, 2};
+        pl_tensor_init(&cq, PL_Q4_0, 3, ne, c.t[DST].data);
+    }
+    n.dst = &cq;
+    CHECK(pl_node_validate(&n) == PL_OK, "q4_0 cache: %s", pl_last_error());
+    n.iparams[0] = 64; n.iparams[1] = 64;
+    CHECK(pl_node_validate(&n) == PL_OK, "rotated q4_0 cache: %s", pl_last_error());
+    n.iparams[1] = 96; expect_invalid(&n, "rot not dividing head_dim");
+    n.iparams[0] = 3; n.iparams[1] = 64; expect_invalid(&n, "rot not a power of two");
+    n = c.node;
     cq = c.t[DST]; cq.ne[0] = 64; cq.nb[1] = 128; cq.nb[2] = 128 * 16; n.dst = &cq; expect_invalid(&n, "cache width");
     free_case(&c);
 

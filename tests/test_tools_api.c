@@ -167,6 +167,72 @@ static void test_quantize(const char *dir) {
     free(lb);
 }
 
+/* The KV cache type in the plan (issue 21): left to the planner, a rung
+ * whose f16 cache does not fit is planned with a q8_0 one before a lower
+ * weight rung is taken, except the 16-bit file's own rung; each rung's
+ * max_ctx is the longest context the budget holds, one token more does not. */
+static void test_fit_cache_types(void) {
+    const char *path = pl_fixture("models/tiny-qwen3-f16.gguf");
+    pl_fit_params fp = pl_fit_default_params();
+    fp.budget = 1ull << 30;
+    fp.n_threads = 2;
+    fp.n_ctx = 512;
+    fp.cache_type_k = fp.cache_type_v = "f16";
+    pl_fit_result *r = NULL;
+    CHECK(pl_fit(path, &fp, &r) == PL_OK && r, "%s", pl_last_error());
+    if (!r) return;
+    pl_fit_rung_info f16q8, f16;
+    CHECK(pl_fit_rung(r, 1, &f16) == PL_OK && !strcmp(f16.cache_type_k, "f16") && !strcmp(f16.cache_type_v, "f16"),
+          "Q8_0 rung with f16 fixed");
+    pl_fit_free(r);
+    /* the budget of the Q8_0 rung with a q8_0 cache: Q8_0 + q8_0 is the plan */
+    fp.cache_type_k = fp.cache_type_v = "q8_0";
+    r = NULL;
+    CHECK(pl_fit(path, &fp, &r) == PL_OK && r, "%s", pl_last_error());
+    if (!r) return;
+    CHECK(pl_fit_rung(r, 1, &f16q8) == PL_OK && !strcmp(f16q8.cache_type_k, "q8_0"), "Q8_0 rung with q8_0 fixed");
+    CHECK(f16q8.plan.kv_cache * 64 == f16.plan.kv_cache * 34, "a q8_0 cache is 34/64 of f16's");
+    pl_fit_free(r);
+    fp.cache_type_k = fp.cache_type_v = NULL;
+    fp.budget = f16q8.plan.total;
+    r = NULL;
+    CHECK(pl_fit(path, &fp, &r) == PL_OK && r, "%s", pl_last_error());
+    if (!r) return;
+    pl_fit_rung_info g0, c;
+    CHECK(pl_fit_chosen(r) == 1 && pl_fit_rung(r, 1, &c) == PL_OK && c.fits && !strcmp(c.cache_type_k, "q8_0") &&
+              !strcmp(c.cache_type_v, "q8_0") && c.plan.total == f16q8.plan.total,
+          "chosen %d: Q8_0 with a q8_0 cache", (int)pl_fit_chosen(r));
+    CHECK(pl_fit_rung(r, 0, &g0) == PL_OK && !g0.fits && !strcmp(g0.cache_type_k, "f16"),
+          "the F16 file's own rung keeps the f16 cache");
+    /* max_ctx: a model load with that context fits the budget, one more does not */
+    pl_model_params mp = pl_model_default_params();
+    mp.n_threads = 2;
+    mp.memory_budget = fp.budget;
+    mp.cache_type_k = c.cache_type_k;
+    mp.cache_type_v = c.cache_type_v;
+    pl_fit_free(r);
+    const char *q8 = pl_fixture("models/tiny-qwen3-q8_0.gguf");
+    fp.cache_type_k = fp.cache_type_v = "q8_0";
+    r = NULL;
+    CHECK(pl_fit(q8, &fp, &r) == PL_OK && r, "%s", pl_last_error());
+    if (!r) return;
+    CHECK(pl_fit_rung(r, 0, &c) == PL_OK && c.max_ctx >= 512, "max_ctx %d", (int)c.max_ctx);
+    pl_fit_free(r);
+    pl_model *m = NULL;
+    mp.n_ctx = c.max_ctx;
+    CHECK(pl_model_load(q8, &mp, &m) == PL_OK, "load at max_ctx %d: %s", (int)c.max_ctx, pl_last_error());
+    pl_model_free(m);
+    m = NULL;
+    mp.n_ctx = c.max_ctx + 1;
+    CHECK(pl_model_load(q8, &mp, &m) == PL_ERR_DOES_NOT_FIT, "load at max_ctx + 1 is refused");
+    pl_model_free(m);
+    /* an unknown type is refused */
+    fp.cache_type_k = "q5_0";
+    r = NULL;
+    CHECK(pl_fit(q8, &fp, &r) == PL_OK && r && pl_fit_reason_of(r) == PL_FIT_CANNOT_RUN, "unknown type");
+    pl_fit_free(r);
+}
+
 static void test_fit(void) {
     const char *path = pl_fixture("models/tiny-qwen3-f16.gguf");
     pl_fit_params fp = pl_fit_default_params();
@@ -191,7 +257,11 @@ static void test_fit(void) {
     pl_fit_free(r);
 
     /* a budget of exactly the first imatrix rung's bytes: the plan is the
-     * highest rung at or under it, and the reason says it needs an imatrix */
+     * highest rung at or under it, and the reason says it needs an imatrix.
+     * With the cache type fixed at f16, as the totals above were planned
+     * (left to the planner, a rung above could fit with a q8_0 cache:
+     * test_fit_cache_types). */
+    fp.cache_type_k = fp.cache_type_v = "f16";
     int im = -1;
     for (int32_t i = 1; i < n && im < 0; i++)
         if (g[i].needs_imatrix) im = i;
@@ -368,6 +438,7 @@ int main(void) {
     test_listing();
     test_quantize(dir);
     test_fit();
+    test_fit_cache_types();
     test_observer(dir);
     test_cli_buf(dir);
     rmdir(dir);

@@ -253,11 +253,15 @@ class Model:
     batch     max tokens per forward call (None = 512)
     memory_budget  bytes the device may use (None = no limit)
     vocab_only     load only the tokenizer
+    cache_type_k, cache_type_v  KV cache element types: "f16" (None = f16), "q8_0" or "q4_0",
+                   as llama.cpp's --cache-type-k / -v (quantized caches are Hadamard-rotated as
+                   there; PL_ATTN_ROT_DISABLE=1 turns that off)
     """
 
     def __init__(self, path: str | os.PathLike, device: str = "cpu", threads: int | None = None,
                  ctx: int | None = 4096, *, sequences: int = 1, batch: int | None = None,
-                 memory_budget: int | None = None, vocab_only: bool = False):
+                 memory_budget: int | None = None, vocab_only: bool = False,
+                 cache_type_k: str | None = None, cache_type_v: str | None = None):
         self._ptr = None
         self._lock = threading.RLock()
         self._sessions: weakref.WeakSet = weakref.WeakSet()
@@ -266,11 +270,15 @@ class Model:
         for name, v in (("threads", threads), ("ctx", ctx), ("batch", batch), ("memory_budget", memory_budget)):
             if v is not None and (not isinstance(v, (int, np.integer)) or v < 0):
                 raise InvalidArgumentError(f"{name} must be a non-negative integer or None, not {v!r}")
+        for name, v in (("cache_type_k", cache_type_k), ("cache_type_v", cache_type_v)):
+            if v is not None and v not in ("f16", "q8_0", "q4_0"):
+                raise InvalidArgumentError(f"{name} must be 'f16', 'q8_0', 'q4_0' or None, not {v!r}")
         if not isinstance(sequences, (int, np.integer)) or sequences < 1:
             raise InvalidArgumentError(f"sequences must be a positive integer, not {sequences!r}")
         self._ptr = native.model_load(self.path, device=device, n_threads=threads or 0, n_ctx=ctx or 0,
                                       n_seq=sequences, n_batch=batch or 0, memory_budget=memory_budget or 0,
-                                      vocab_only=vocab_only)
+                                      vocab_only=vocab_only, cache_type_k=cache_type_k,
+                                      cache_type_v=cache_type_v)
         info = native.model_info(self._ptr)
         self.n_vocab: int = info["n_vocab"]
         self.vocab_only = bool(vocab_only)

@@ -128,7 +128,8 @@ def use_cuda_module(search_dirs: list[Path], env=None) -> Path | None:
 class ModelParams(Structure):
     _fields_ = [("device", c_char_p), ("n_threads", c_int), ("n_ctx", c_int), ("n_seq", c_int),
                 ("n_batch", c_int), ("memory_budget", c_uint64), ("vocab_only", c_bool),
-                ("n_outputs", c_int32), ("batch_invariant", c_bool)]
+                ("n_outputs", c_int32), ("batch_invariant", c_bool),
+                ("cache_type_k", c_char_p), ("cache_type_v", c_char_p)]
 
 
 class MemoryPlan(Structure):
@@ -366,11 +367,16 @@ def _f32_ptr(a: np.ndarray):
 
 
 def model_load(path: str, device: str | None = None, n_threads: int = 0, n_ctx: int = 0, n_seq: int = 0,
-               n_batch: int = 0, memory_budget: int = 0, vocab_only: bool = False) -> int:
+               n_batch: int = 0, memory_budget: int = 0, vocab_only: bool = False,
+               cache_type_k: str | None = None, cache_type_v: str | None = None) -> int:
     L = lib()
     p = L.pl_model_default_params()
     dev = device.encode() if device else None
     p.device = dev
+    ctk = cache_type_k.encode() if cache_type_k else None   # kept alive until the call returns
+    ctv = cache_type_v.encode() if cache_type_v else None
+    p.cache_type_k = ctk
+    p.cache_type_v = ctv
     p.n_threads = int(n_threads)
     p.n_ctx = int(n_ctx)
     p.n_seq = int(n_seq)

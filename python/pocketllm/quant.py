@@ -50,13 +50,15 @@ class QuantizeParams(Structure):
 
 
 class FitParams(Structure):
-    _fields_ = [("device", c_char_p), ("n_ctx", c_int), ("n_threads", c_int), ("budget", c_uint64)]
+    _fields_ = [("device", c_char_p), ("n_ctx", c_int), ("n_threads", c_int), ("budget", c_uint64),
+                ("cache_type_k", c_char_p), ("cache_type_v", c_char_p)]
 
 
 class FitRungInfo(Structure):
     _fields_ = [("name", c_char_p), ("ftype", c_int32), ("as_is", c_bool), ("needs_imatrix", c_bool),
                 ("fits", c_bool), ("status", c_int), ("error", c_char_p), ("plan", native.MemoryPlan),
-                ("n_params", c_uint64), ("bpw", c_double)]
+                ("n_params", c_uint64), ("bpw", c_double), ("cache_type_k", c_char_p),
+                ("cache_type_v", c_char_p), ("max_ctx", c_int32)]
 
 
 # pl_fit_reason, by value
@@ -169,7 +171,8 @@ def quantize(src: str | os.PathLike, dst: str | os.PathLike, type: str, *, imatr
 
 
 def fit(model: str | os.PathLike | None = None, *, preset: str | None = None, vocab: str | os.PathLike | None = None,
-        device: str = "cpu", memory: int | None = None, n_ctx: int = 0, threads: int = 0) -> dict:
+        device: str = "cpu", memory: int | None = None, n_ctx: int = 0, threads: int = 0,
+        cache_type_k: str | None = None, cache_type_v: str | None = None) -> dict:
     """Plans every rung of the quantization ladder for a model file (or a
     Qwen3 preset "0.6b".."8b" with a vocab-only GGUF) on one device and
     budget (memory: bytes; None = the device's free memory). Returns the
@@ -177,7 +180,12 @@ def fit(model: str | os.PathLike | None = None, *, preset: str | None = None, vo
     budget_source, rungs (name, as_is, needs_imatrix, fits, and weights /
     kv_cache / scratch / total / bpw, or error), plan (the chosen rung's name
     or None) -- plus "chosen" (its index or -1) and "reason" ("as_is",
-    "quantize", "quantize_imatrix", "none_fits", "cannot_run")."""
+    "quantize", "quantize_imatrix", "none_fits", "cannot_run"). Each plannable
+    rung also has cache_type_k / cache_type_v (the KV cache types of its plan)
+    and max_ctx (the longest context the budget holds there); with a plan,
+    plan_cache_type_k / plan_cache_type_v. cache_type_k / cache_type_v fix the
+    cache types of every rung (None, both: f16, or q8_0 where that makes a
+    rung fit, before the weights are lowered)."""
     if (model is None) == (preset is None):
         raise InvalidArgumentError("give exactly one of model or preset")
     if memory is not None and int(memory) <= 0:
@@ -189,6 +197,10 @@ def fit(model: str | os.PathLike | None = None, *, preset: str | None = None, vo
     fp.n_ctx = int(n_ctx)
     fp.n_threads = int(threads)
     fp.budget = int(memory or 0)
+    ctk = cache_type_k.encode() if cache_type_k else None   # alive until the call returns
+    ctv = cache_type_v.encode() if cache_type_v else None
+    fp.cache_type_k = ctk
+    fp.cache_type_v = ctv
     r = c_void_p()
     if preset is not None:
         lib.pl_fit_preset(preset.encode(), os.fsencode(vocab) if vocab is not None else None, byref(fp), byref(r))
@@ -204,10 +216,14 @@ def fit(model: str | os.PathLike | None = None, *, preset: str | None = None, vo
                 d.update({"fits": False, "error": _str(g.error)})
             else:
                 d.update({"weights": g.plan.weights, "kv_cache": g.plan.kv_cache, "scratch": g.plan.scratch,
-                          "total": g.plan.total, "bpw": g.bpw, "fits": bool(g.fits)})
+                          "total": g.plan.total, "bpw": g.bpw, "fits": bool(g.fits),
+                          "cache_type_k": _str(g.cache_type_k), "cache_type_v": _str(g.cache_type_v),
+                          "max_ctx": g.max_ctx})
             rungs.append(d)
         chosen = lib.pl_fit_chosen(r)
-        return {"model": _str(lib.pl_fit_model(r)), "device": _str(lib.pl_fit_device(r)), "n_ctx": lib.pl_fit_n_ctx(r),
+        kv = ({"plan_cache_type_k": rungs[chosen]["cache_type_k"], "plan_cache_type_v": rungs[chosen]["cache_type_v"]}
+              if chosen >= 0 else {})
+        return {**kv, "model": _str(lib.pl_fit_model(r)), "device": _str(lib.pl_fit_device(r)), "n_ctx": lib.pl_fit_n_ctx(r),
                 "budget": lib.pl_fit_budget(r),
                 "budget_source": "free_memory" if lib.pl_fit_budget_is_free_memory(r) else "given",
                 "rungs": rungs, "plan": rungs[chosen]["name"] if chosen >= 0 else None, "chosen": chosen,

@@ -71,16 +71,85 @@ static pl_dtype retype_lookup(void *user, const pl_gguf_tensor *t) {
     return t->dtype;
 }
 
-static void plan_one(pl_gguf *g, const pl_model_params *mp, retype_map *map, uint64_t n_params, pl_fit_rung_rec *r) {
+/* The KV cache choices of a rung, best first. Both types given: exactly
+ * those. Neither: f16, then q8_0 for K and V -- at a given weight rung the
+ * cache goes down before the weights do, so the order of the plans is
+ *     (as is, f16) > (Q8_0, f16) > (Q8_0, q8_0) > (Q6_K, f16) > (Q6_K, q8_0) > ...
+ * Why: a rotated q8_0 cache is the q8_0 format itself (8 bits, one scale
+ * per 32 values), the loss of the Q8_0 weight rung, and smaller than that
+ * of any rung below it (on the fixture goldens q8_0-cache logits stay within
+ * 0.22 of llama.cpp's f16-cache ones; a weight rung below Q8_0 moves them by
+ * up to 1.0), while it halves the cache, which at long contexts is what does
+ * not fit. A 16/32-bit file's own rung keeps the f16 cache: its next rung,
+ * Q8_0 weights, costs the same precision and also halves the bytes each
+ * decoded token reads. q4_0 is never chosen on its own: its loss (logits
+ * within 1.3 on the same goldens, as large as a weight rung) buys a quarter
+ * of the cache; that is the user's call (--cache-type-k/v). */
+typedef struct kv_choice {
+    const char *k, *v;
+} kv_choice;
+
+static int kv_choices(const pl_model_params *mp, bool float_as_is, kv_choice *out) {
+    if (mp->cache_type_k || mp->cache_type_v) {
+        out[0] = (kv_choice){mp->cache_type_k ? mp->cache_type_k : "f16", mp->cache_type_v ? mp->cache_type_v : "f16"};
+        return 1;
+    }
+    out[0] = (kv_choice){"f16", "f16"};
+    if (float_as_is) return 1;
+    out[1] = (kv_choice){"q8_0", "q8_0"};
+    return 2;
+}
+
+static pl_status plan_with(pl_gguf *g, const pl_model_params *mp, kv_choice kv, int n_ctx, retype_map *map,
+                           pl_memory_plan *plan) {
+    pl_model_params p = *mp;
+    p.cache_type_k = kv.k;
+    p.cache_type_v = kv.v;
+    p.memory_budget = 0;   /* the plan itself, compared with the budget here */
+    if (n_ctx > 0) p.n_ctx = n_ctx;
     pl_error_clear();
-    r->status = pl_model_plan_gguf(g, mp, map ? retype_lookup : NULL, map, &r->plan);
+    return pl_model_plan_gguf(g, &p, map ? retype_lookup : NULL, map, plan);
+}
+
+/* The longest context up to cap that the budget holds with kv (0: none). The
+ * plan grows with the context (the cache linearly, scratch a little), so a
+ * bisection over it finds the edge. */
+static int32_t longest_ctx(pl_gguf *g, const pl_model_params *mp, kv_choice kv, retype_map *map, uint64_t budget,
+                           int cap) {
+    pl_memory_plan plan;
+    if (plan_with(g, mp, kv, cap, map, &plan) == PL_OK && plan.total <= budget) return cap;
+    int lo = 0, hi = cap;   /* lo fits (0 = nothing), hi does not */
+    while (hi - lo > 1) {
+        const int mid = lo + (hi - lo) / 2;
+        if (plan_with(g, mp, kv, mid, map, &plan) == PL_OK && plan.total <= budget) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+static void plan_one(pl_gguf *g, const pl_model_params *mp, retype_map *map, uint64_t n_params, uint64_t budget,
+                     int ctx_cap, bool float_as_is, pl_fit_rung_rec *r) {
+    kv_choice kv[2];
+    const int n_kv = kv_choices(mp, float_as_is, kv);
+    for (int i = 0; i < n_kv; i++) {
+        r->status = plan_with(g, mp, kv[i], 0, map, &r->plan);
+        r->cache_k = kv[i].k;
+        r->cache_v = kv[i].v;
+        r->fits = r->status == PL_OK && r->plan.total <= budget;
+        /* a rung that fits takes the first choice that fits; one that does
+         * not reports the smallest (the last) */
+        if (r->status != PL_OK || r->fits) break;
+    }
     if (r->status != PL_OK) snprintf(r->error, sizeof r->error, "%s", pl_last_error());
     r->n_params = n_params;
     r->bpw = n_params ? (double)r->plan.weights * 8.0 / (double)n_params : 0;
+    r->max_ctx = r->status == PL_OK && ctx_cap > 0
+                     ? longest_ctx(g, mp, (kv_choice){r->cache_k, r->cache_v}, map, budget, ctx_cap)
+                     : 0;
 }
 
 /* Plans the as-is rung and every ladder rung below the file's type. */
-static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params *mp, uint64_t budget,
+static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params *mp, uint64_t budget, int ctx_cap,
                             pl_fit_result *out) {
     memset(out, 0, sizeof *out);
     snprintf(out->model, sizeof out->model, "%s", label);
@@ -112,7 +181,8 @@ static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params
     snprintf(r->name, sizeof r->name, "%s", sft ? sft->name : "as-is");
     r->ftype = src;
     r->as_is = true;
-    plan_one(g, mp, NULL, n_params, r);
+    const bool float_src = sft && (sft->base == PL_F32 || sft->base == PL_F16 || sft->base == PL_BF16);
+    plan_one(g, mp, NULL, n_params, budget, ctx_cap, float_src, r);
 
     const int src_rank = ftype_rank(src);
     for (size_t k = 0; k < sizeof k_ladder / sizeof k_ladder[0]; k++) {
@@ -127,11 +197,10 @@ static pl_status plan_rungs(pl_gguf *g, const char *label, const pl_model_params
         snprintf(r->name, sizeof r->name, "%s", ft->name);
         r->ftype = ft->ftype;
         r->needs_imatrix = ft->needs_imatrix;
-        plan_one(g, mp, &map, n_params, r);
+        plan_one(g, mp, &map, n_params, budget, ctx_cap, false, r);
     }
     for (int i = 0; i < out->n_rungs; i++) {
         r = &out->rungs[i];
-        r->fits = r->status == PL_OK && r->plan.total <= budget;
         if (r->fits && out->chosen < 0) out->chosen = i;
     }
     free(mix);
@@ -145,7 +214,21 @@ static pl_model_params model_params_of(const pl_fit_params *p) {
     if (p->device) mp.device = p->device;
     mp.n_ctx = p->n_ctx;
     mp.n_threads = p->n_threads;
+    mp.cache_type_k = p->cache_type_k;
+    mp.cache_type_v = p->cache_type_v;
     return mp;
+}
+
+/* The trained context of a file (the cap of the longest-context search). */
+static int trained_ctx(const pl_gguf *g) {
+    pl_gguf_str arch;
+    int64_t v = 0;
+    if (pl_gguf_get_str(g, "general.architecture", &arch) == PL_OK && arch.len < 100) {
+        char key[160];
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        if (pl_gguf_get_i64(g, key, &v) != PL_OK) v = 0;
+    }
+    return v > 0 && v <= (1 << 24) ? (int)v : 4096;
 }
 
 static pl_status budget_of(const pl_fit_params *p, uint64_t *budget, bool *from_device) {
@@ -183,7 +266,7 @@ pl_status pl_fit_plan_file(const char *path, const pl_fit_params *p, pl_fit_resu
     pl_gguf *g = NULL;
     PL_TRY(pl_gguf_open(path, &g));
     const pl_model_params mp = model_params_of(p);
-    pl_status st = plan_rungs(g, base_name(path), &mp, budget, out);
+    pl_status st = plan_rungs(g, base_name(path), &mp, budget, trained_ctx(g), out);
     out->budget_is_free_memory = from_device;
     out->n_ctx = ctx_of(g, p->n_ctx);
     pl_gguf_close(g);
@@ -368,7 +451,7 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     }
     if (st == PL_OK) {
         const pl_model_params mp = model_params_of(p);
-        st = plan_rungs(g, label, &mp, budget, out);
+        st = plan_rungs(g, label, &mp, budget, trained_ctx(g), out);
         out->budget_is_free_memory = from_device;
         out->n_ctx = p->n_ctx > 0 ? p->n_ctx : 4096;
     }

@@ -42,6 +42,8 @@ typedef struct pl_fit_rung_rec {
     uint64_t n_params;       /* elements of the weights */
     double bpw;              /* weight bits per element */
     bool fits;
+    const char *cache_k, *cache_v;   /* KV cache types of the plan (static strings) */
+    int32_t max_ctx;         /* longest context the budget holds with them (0: none) */
 } pl_fit_rung_rec;
 
 typedef struct pl_fit_result {

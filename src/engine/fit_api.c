@@ -69,6 +69,9 @@ pl_status pl_fit_rung(const pl_fit_result *r, int32_t i, pl_fit_rung_info *out) 
     out->plan = g->plan;
     out->n_params = g->n_params;
     out->bpw = g->bpw;
+    out->cache_type_k = g->cache_k ? g->cache_k : "f16";
+    out->cache_type_v = g->cache_v ? g->cache_v : "f16";
+    out->max_ctx = g->max_ctx;
     return PL_OK;
 }
 

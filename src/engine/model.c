@@ -7,6 +7,7 @@
 #include "engine/model.h"
 #include "core/status.h"
 #include "core/threadpool.h"
+#include "quant/hadamard.h"
 #include "quant/quant.h"
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -213,16 +214,60 @@ static void *pl_host_kv_alloc(uint64_t bytes) {
     return p;
 }
 
+pl_status pl_cache_type_parse(const char *name, const char *what, pl_dtype *out) {
+    if (!name || !*name || !strcmp(name, "f16")) *out = PL_F16; /* llama.cpp's default cache */
+    else if (!strcmp(name, "q8_0")) *out = PL_Q8_0;
+    else if (!strcmp(name, "q4_0")) *out = PL_Q4_0;
+    else
+        return pl_errorf(PL_ERR_INVALID_ARG, "unknown %s '%s' (use f16, q8_0 or q4_0)", what ? what : "cache type",
+                         name);
+    return PL_OK;
+}
+
+/* The cache types of the params, checked against the backend and the head
+ * size before any weight is read. Sets kv_dtype / kv_dtype_v and the
+ * rotation sizes llama.cpp would use. */
+static pl_status setup_cache_types(pl_model *m, const pl_model_params *p) {
+    PL_TRY(pl_cache_type_parse(p->cache_type_k, "cache type for K (--cache-type-k)", &m->kv_dtype));
+    PL_TRY(pl_cache_type_parse(p->cache_type_v, "cache type for V (--cache-type-v)", &m->kv_dtype_v));
+    const pl_dtype types[2] = {m->kv_dtype, m->kv_dtype_v};
+    for (int i = 0; i < 2; i++) {
+        /* the attention kernel is chosen by K's dtype; each cache needs its store */
+        const bool ok = pl_backend_supports(m->backend, PL_OP_KV_STORE, types[i]) &&
+                        (i == 1 || pl_backend_supports(m->backend, PL_OP_ATTENTION, types[i]));
+        if (!ok)
+            return pl_errorf(PL_ERR_UNSUPPORTED, "backend '%s' has no kernels for a %s %s cache (use --cache-type-%s f16)",
+                             m->backend->name, pl_dtype_name(types[i]), i ? "V" : "K", i ? "v" : "k");
+    }
+    return PL_OK;
+}
+
+/* After the hyperparameters are known: the block size and the rotation. */
+static pl_status setup_cache_shape(pl_model *m) {
+    const int64_t D = m->hp.head_dim;
+    const bool qk = m->kv_dtype != PL_F16, qv = m->kv_dtype_v != PL_F16;
+    if ((qk || qv) && D % 32)
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: head size %lld is not a multiple of 32, which a %s cache needs",
+                         m->file_name, (long long)D, pl_dtype_name(qk ? m->kv_dtype : m->kv_dtype_v));
+    const char *off = getenv("PL_ATTN_ROT_DISABLE");
+    const bool rot_off = off && atoi(off) != 0;
+    m->k_rot = qk && !rot_off ? pl_hadamard_k_size(D) : 0;
+    m->v_rot = qv && !rot_off ? pl_hadamard_v_size(D) : 0;
+    return PL_OK;
+}
+
 static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_only) {
     const pl_hparams *hp = &m->hp;
     const int64_t kv_dim = hp->n_head_kv * hp->head_dim;
-    m->kv_dtype = PL_F16; /* as llama.cpp's default cache */
-    const size_t kv_elt = pl_dtype_row_size(m->kv_dtype, 1);
-    uint64_t per_layer = 0, kv_total = 0;
-    if (__builtin_mul_overflow((uint64_t)kv_dim, (uint64_t)m->n_ctx, &per_layer) ||
-        __builtin_mul_overflow(per_layer, (uint64_t)m->n_seq * kv_elt, &per_layer) ||
-        __builtin_mul_overflow(per_layer, (uint64_t)hp->n_layer * 2, &kv_total))
+    /* bytes of one K row plus one V row (quantized rows are whole blocks) */
+    const uint64_t row_kv = pl_dtype_row_size(m->kv_dtype, kv_dim) + pl_dtype_row_size(m->kv_dtype_v, kv_dim);
+    uint64_t per_layer = 0, kv_total = 0, k_bytes = 0;
+    if (__builtin_mul_overflow((uint64_t)m->n_ctx, (uint64_t)m->n_seq, &per_layer) ||
+        __builtin_mul_overflow(per_layer, row_kv, &per_layer) ||
+        __builtin_mul_overflow(per_layer, (uint64_t)hp->n_layer, &kv_total))
         return pl_errorf(PL_ERR_DOES_NOT_FIT, "KV cache size overflows");
+    /* per layer: the K cache, then the V cache (k_bytes into the layer's slice) */
+    k_bytes = (uint64_t)m->n_ctx * (uint64_t)m->n_seq * pl_dtype_row_size(m->kv_dtype, kv_dim);
 
     int cap_t, cap_n;
     m->arch->capacity(m, &cap_t, &cap_n);
@@ -235,7 +280,7 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
     for (int64_t l = 0; l < hp->n_layer; l++) {
         int64_t ne[3] = {kv_dim, m->n_ctx, m->n_seq};
         pl_tensor_init(&m->k_cache[l], m->kv_dtype, 3, ne, NULL);
-        pl_tensor_init(&m->v_cache[l], m->kv_dtype, 3, ne, NULL);
+        pl_tensor_init(&m->v_cache[l], m->kv_dtype_v, 3, ne, NULL);
         m->k_cache[l].buffer = m->v_cache[l].buffer = PL_BUF_KV;
         snprintf(m->k_cache[l].name, sizeof m->k_cache[l].name, "cache_k_l%d", (int)l);
         snprintf(m->v_cache[l].name, sizeof m->v_cache[l].name, "cache_v_l%d", (int)l);
@@ -319,8 +364,8 @@ static pl_status plan_memory(pl_model *m, const pl_model_params *p, bool plan_on
         return pl_errorf(PL_ERR_NO_MEMORY, "cannot allocate %.1f MiB for the KV cache and scratch",
                          (kv_total + scratch + work) / 1048576.0);
     for (int64_t l = 0; l < hp->n_layer; l++) {
-        m->k_cache[l].data = (char *)m->kv_mem + (size_t)(2 * l) * per_layer;
-        m->v_cache[l].data = (char *)m->kv_mem + (size_t)(2 * l + 1) * per_layer;
+        m->k_cache[l].data = (char *)m->kv_mem + (size_t)l * per_layer;
+        m->v_cache[l].data = (char *)m->kv_mem + (size_t)l * per_layer + k_bytes;
     }
     return PL_OK;
 }
@@ -375,6 +420,7 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
      * the load ends here, before any weight is read, with the reason. */
     PL_TRY(m->backend->ctx_create(p->n_threads, &m->ctx));
     m->ctx->backend = m->backend;
+    PL_TRY(setup_cache_types(m, p));
 
     m->hp.n_vocab = pl_vocab_n_tokens(m->vocab);
     int64_t n_layer = 0;
@@ -385,6 +431,7 @@ static pl_status load_gguf(pl_model *m, const pl_model_params *p, pl_plan_retype
     if (!m->layers) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     PL_TRY(bind_all_tensors(m, retype, retype_user));
     PL_TRY(m->arch->load(m));
+    PL_TRY(setup_cache_shape(m));
 
     m->n_ctx = p->n_ctx > 0 ? p->n_ctx : (int)(m->hp.n_ctx_train < 4096 ? m->hp.n_ctx_train : 4096);
     if (m->n_ctx <= 0) m->n_ctx = 4096;

@@ -55,7 +55,9 @@ struct pl_model {
      * The model holds one reference, dropped by grammar_vocab_release. */
     _Atomic(void *) grammar_vocab;
     void (*grammar_vocab_release)(void *);
-    pl_dtype kv_dtype;
+    pl_dtype kv_dtype;               /* K cache dtype (kept for existing readers) */
+    pl_dtype kv_dtype_v;             /* V cache dtype */
+    int k_rot, v_rot;                /* Walsh-Hadamard rotation sizes, 0 = none (quant/hadamard.h) */
     void *kv_mem;
     pl_tensor *k_cache, *v_cache;    /* [n_layer], each [kv_dim, n_ctx, n_seq] */
 
@@ -107,5 +109,10 @@ pl_status pl_model_bind(struct pl_model *m, pl_tensor **dst, bool required, uint
 /* Reads a "{arch}.<suffix>" integer / float hyperparameter. */
 pl_status pl_model_hp_int(struct pl_model *m, const char *suffix, bool required, int64_t def, int64_t *out);
 pl_status pl_model_hp_float(struct pl_model *m, const char *suffix, bool required, float def, float *out);
+
+/* A KV cache type name of pl_model_params.cache_type_k / _v: NULL, "" or
+ * "f16" -> PL_F16, "q8_0", "q4_0"; anything else is PL_ERR_INVALID_ARG with
+ * the list. what names the parameter in the message. */
+pl_status pl_cache_type_parse(const char *name, const char *what, pl_dtype *out);
 
 #endif

@@ -152,7 +152,16 @@ pl_tensor *pl_op_rope(pl_graph *g, pl_tensor *x, pl_tensor *pos, int n_rot, int 
 }
 
 void pl_op_kv_store(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor *seq, pl_tensor *cache) {
-    pl_graph_add_node(g, PL_OP_KV_STORE, cache, 3, (pl_tensor *[]){rows, pos, seq});
+    pl_op_kv_store_rot(g, rows, pos, seq, cache, 0, 0);
+}
+
+void pl_op_kv_store_rot(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor *seq, pl_tensor *cache, int rot,
+                        int head_dim) {
+    pl_node *n = pl_graph_add_node(g, PL_OP_KV_STORE, cache, 3, (pl_tensor *[]){rows, pos, seq});
+    if (n && rot) {
+        n->iparams[0] = rot;
+        n->iparams[1] = head_dim;
+    }
 }
 
 pl_tensor *pl_op_attention(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc,
@@ -163,6 +172,17 @@ pl_tensor *pl_op_attention(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *
     n->iparams[0] = n_kv_head;
     n->iparams[1] = g->attn_batch_invariant ? 1 : 0;
     n->fparams[0] = scale;
+    return dst;
+}
+
+pl_tensor *pl_op_attention_rot(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc, pl_tensor *pos,
+                               pl_tensor *seq, int n_kv_head, float scale, int k_rot, int v_rot) {
+    pl_tensor *dst = pl_op_attention(g, q, kc, vc, pos, seq, n_kv_head, scale);
+    pl_node *n = g->n_nodes > 0 ? &g->nodes[g->n_nodes - 1] : NULL;
+    if (n && n->dst == dst) {
+        n->iparams[2] = k_rot;
+        n->iparams[3] = v_rot;
+    }
     return dst;
 }
 

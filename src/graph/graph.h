@@ -55,6 +55,12 @@ pl_tensor *pl_op_rope(pl_graph *g, pl_tensor *x, pl_tensor *pos, int n_rot, int 
 void pl_op_kv_store(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor *seq, pl_tensor *cache);
 pl_tensor *pl_op_attention(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc,
                            pl_tensor *pos, pl_tensor *seq, int n_kv_head, float scale);
+/* The same with the Walsh-Hadamard rotation of quantized caches (abi.c:
+ * kv_store iparams rot/head_dim, attention iparams k_rot/v_rot; 0 = none). */
+void pl_op_kv_store_rot(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor *seq, pl_tensor *cache, int rot,
+                        int head_dim);
+pl_tensor *pl_op_attention_rot(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc, pl_tensor *pos,
+                               pl_tensor *seq, int n_kv_head, float scale, int k_rot, int v_rot);
 
 /* Marks a graph output (read after execution). */
 void pl_graph_keep(pl_graph *g, pl_tensor *t);

@@ -116,8 +116,12 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
         .key_operand = -1,
         .shape_rule = "rows [kv_dim, n_tok]; pos, seq [n_tok]; dst (the cache) [kv_dim, n_ctx, n_seq] "
                       "(rows at stride nb[1], slots at nb[2]); 0 <= pos < n_ctx and 0 <= seq < n_seq, "
-                      "checked at run time; f16 caches round to nearest even",
-        .params = "none",
+                      "checked at run time; f16 caches round to nearest even; q8_0 / q4_0 caches quantize each "
+                      "row as llama.cpp's set_rows does (q8_0: its AVX quantize_row_q8_0, q4_0: quantize_row_q4_0_ref), "
+                      "kv_dim a multiple of 32",
+        .params = "iparams[0] = rot: 0, or a power of two n >= 2 dividing head_dim: the row is first rotated by "
+                  "the orthonormal Walsh-Hadamard matrix H_n in chunks of n (llama.cpp's attn_rot for quantized "
+                  "caches); iparams[1] = head_dim (needed with rot, 0 otherwise)",
     },
     [PL_OP_ATTENTION] = {
         .name = "attention",
@@ -129,13 +133,17 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
         .dst_dtypes = PL_DTMASK_F32,
         .key_operand = 1,
         .shape_rule = "q [head_dim, n_head, n_tok] (may be strided); k_cache, v_cache "
-                      "[n_kv_head*head_dim, n_ctx, n_seq], same shape and dtype; pos, seq [n_tok]; "
+                      "[n_kv_head*head_dim, n_ctx, n_seq], same shape (dtypes may differ: f16/f32 both, or "
+                      "f16/q8_0/q4_0 each); pos, seq [n_tok]; "
                       "dst [head_dim*n_head, n_tok] contiguous; n_head a multiple of n_kv_head; "
                       "query head h reads KV head h / (n_head/n_kv_head); 0 <= pos < n_ctx and "
                       "0 <= seq < n_seq, checked at run time",
         .params = "iparams[0] = n_kv_head (>= 1); iparams[1] = 1: batch-invariant numerics (every token "
                   "as in a decode step), 0: the backend may pick by batch size; fparams[0] = scale (finite; "
-                  "usually 1/sqrt(head_dim))",
+                  "usually 1/sqrt(head_dim)); iparams[2] = k_rot, iparams[3] = v_rot (0 or powers of two dividing "
+                  "head_dim): q is rotated by H_{k_rot} (in chunks, as kv_store rotated K), the output by "
+                  "H_{v_rot} (undoing V's rotation). A quantized K cache dots q rounded to q8_0 (llama.cpp's "
+                  "vec_dot_type) with the K row; a quantized V row is decoded to f32 and summed in f32",
     },
 };
 
@@ -290,11 +298,21 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
         PL_TRY(need_vector(s, 2, src[2], src[0]->ne[1]));
         if (dst->ne[0] != src[0]->ne[0] || dst->ne[3] != 1)
             return SHAPE_ERR("%s: cache must be [%lld, n_ctx, n_seq]", s->name, (long long)src[0]->ne[0]);
+        if ((dst->dtype == PL_Q8_0 || dst->dtype == PL_Q4_0) && dst->ne[0] % 32)
+            return SHAPE_ERR("%s: a %s cache needs rows of a multiple of 32 elements, not %lld", s->name,
+                             pl_dtype_name(dst->dtype), (long long)dst->ne[0]);
+        if (n->iparams[0]) {
+            const int rot = n->iparams[0], hd = n->iparams[1];
+            if (rot < 2 || (rot & (rot - 1)) || hd < rot || hd % rot || dst->ne[0] % hd)
+                return SHAPE_ERR("%s: rot = %d must be a power of two dividing head_dim = %d, which divides %lld",
+                                 s->name, rot, hd, (long long)dst->ne[0]);
+        }
         return PL_OK;
     case PL_OP_ATTENTION: {
         const pl_tensor *q = src[0], *k = src[1], *v = src[2];
         if (q->ne[3] != 1) return SHAPE_ERR("%s: q must be [head_dim, n_head, n_tok]", s->name);
-        if (v->dtype != k->dtype)
+        /* f32 caches go together; f16, q8_0 and q4_0 mix (llama.cpp's -ctk / -ctv) */
+        if (v->dtype != k->dtype && (k->dtype == PL_F32 || v->dtype == PL_F32))
             return SHAPE_ERR("%s: k_cache is %s but v_cache is %s", s->name, pl_dtype_name(k->dtype),
                              pl_dtype_name(v->dtype));
         if (!same_shape(k, v) || k->ne[3] != 1) return SHAPE_ERR("%s: k_cache and v_cache must both be [kv_dim, n_ctx, n_seq]", s->name);
@@ -310,6 +328,18 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
         if (dst->ne[0] != head_dim * n_head || dst->ne[1] != q->ne[2] || dst->ne[2] != 1 || dst->ne[3] != 1)
             return SHAPE_ERR("%s: dst must be [%lld, %lld]", s->name, (long long)(head_dim * n_head), (long long)q->ne[2]);
         if (!isfinite(n->fparams[0])) return SHAPE_ERR("%s: scale must be finite", s->name);
+        if ((k->dtype == PL_Q8_0 || k->dtype == PL_Q4_0) && head_dim % 32)
+            return SHAPE_ERR("%s: a %s K cache needs head_dim a multiple of 32, not %lld", s->name,
+                             pl_dtype_name(k->dtype), (long long)head_dim);
+        if ((v->dtype == PL_Q8_0 || v->dtype == PL_Q4_0) && head_dim % 32)
+            return SHAPE_ERR("%s: a %s V cache needs head_dim a multiple of 32, not %lld", s->name,
+                             pl_dtype_name(v->dtype), (long long)head_dim);
+        for (int i = 2; i <= 3; i++) {
+            const int rot = n->iparams[i];
+            if (rot && (rot < 2 || (rot & (rot - 1)) || head_dim % rot))
+                return SHAPE_ERR("%s: %s_rot = %d must be 0 or a power of two dividing head_dim = %lld", s->name,
+                                 i == 2 ? "k" : "v", rot, (long long)head_dim);
+        }
         return need_contiguous(s, -1, dst);
     }
     default:

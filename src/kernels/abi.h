@@ -103,7 +103,8 @@ typedef struct pl_node {
 #define PL_DTMASK(t) (UINT64_C(1) << (t))
 #define PL_DTMASK_F32 PL_DTMASK(PL_F32)
 #define PL_DTMASK_I32 PL_DTMASK(PL_I32)
-#define PL_DTMASK_CACHE (PL_DTMASK(PL_F32) | PL_DTMASK(PL_F16))
+/* KV cache dtypes: f32/f16, and q8_0 / q4_0 (--cache-type-k/-v, as llama.cpp's). */
+#define PL_DTMASK_CACHE (PL_DTMASK(PL_F32) | PL_DTMASK(PL_F16) | PL_DTMASK(PL_Q8_0) | PL_DTMASK(PL_Q4_0))
 
 typedef struct pl_op_schema {
     const char *name;              /* "matmul", "rms_norm", ... */

@@ -134,9 +134,14 @@ pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
         k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, rope_mode,
                        hp->rope_base, hp->rope_scale);                      /* [D, G, n] */
         pl_tensor *kc = W(&m->k_cache[l]), *vc = W(&m->v_cache[l]);
-        pl_op_kv_store(g, pl_graph_reshape(g, k, 2, (int64_t[]){G * D, n}), in->pos, in->seq, kc);
-        pl_op_kv_store(g, v, in->pos, in->seq, vc);
-        pl_tensor *a = pl_op_attention(g, q, kc, vc, in->pos, in->seq, (int)G, kq_scale); /* [H*D, n] */
+        /* Quantized caches: K (and Q, inside attention) rotated by H_{k_rot},
+         * V by H_{v_rot} and the output back (m->k_rot / v_rot, 0 = none;
+         * quant/hadamard.h), as llama.cpp does. */
+        pl_op_kv_store_rot(g, pl_graph_reshape(g, k, 2, (int64_t[]){G * D, n}), in->pos, in->seq, kc, m->k_rot,
+                           (int)D);
+        pl_op_kv_store_rot(g, v, in->pos, in->seq, vc, m->v_rot, (int)D);
+        pl_tensor *a = pl_op_attention_rot(g, q, kc, vc, in->pos, in->seq, (int)G, kq_scale, m->k_rot,
+                                           m->v_rot); /* [H*D, n] */
         pl_tensor *o = pl_op_matmul(g, W(L->wo), a);                       /* [E, n] */
         if (l == hp->n_layer - 1) {
             /* Only the rows whose logits are wanted go on past attention. */

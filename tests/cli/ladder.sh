@@ -99,12 +99,15 @@ assert d2["plan"] == "Q6_K", d2["plan"]
 PY
 
 # ---- fit decisions for the Qwen3 presets (4096-token context) ------------
-# rung totals (MiB): 1.7b BF16 3786 Q6_K 1842 IQ1_M 1008; 4b Q8_0 4725 Q6_K 3796
-# IQ2_XS 1934 (IQ1_S 1649 > 1 GiB); 8b Q6_K 7080 Q2_K 3795 (IQ1_S 2683 > 2 GiB)
+# rung totals (MiB): 1.7b BF16 3786, Q8_0 with a q8_0 KV cache 2029, Q2_K with
+# q8_0 1022; 4b Q8_0 4725 Q6_K 3796, Q2_K with q8_0 1966 (IQ1_S 1649 > 1 GiB);
+# 8b Q6_K 7080 Q2_K 3795 (IQ1_S 2683 > 2 GiB). At a weight rung the planner
+# lowers the cache to q8_0 before the weights (engine/fit.c: kv_choices),
+# except on a 16-bit file's own rung.
 python3 - "$BIN" "$M/qwen3-vocab.gguf" <<'PY' && ok || bad "preset decisions"
 import json, subprocess, sys
 b, vocab = sys.argv[1], sys.argv[2]
-want = {"1.7b": ["BF16", "BF16", "Q6_K", "IQ1_M"], "4b": ["Q8_0", "Q6_K", "IQ2_XS", None],
+want = {"1.7b": ["BF16", "BF16", "Q8_0", "Q2_K"], "4b": ["Q8_0", "Q6_K", "Q2_K", None],
         "8b": ["Q6_K", "Q2_K", None, None]}
 for p, plans in want.items():
     for gib, plan in zip([8, 4, 2, 1], plans):
@@ -115,9 +118,14 @@ for p, plans in want.items():
         assert r.returncode == (0 if plan else 3)
         fitting = [x["name"] for x in d["rungs"] if x["fits"]]
         assert (fitting[0] if fitting else None) == plan, (p, gib, fitting)
-        # sizes shrink down the ladder until the ternary rungs
-        tot = [x["total"] for x in d["rungs"]][:9]
+        # weights shrink down the ladder until the ternary rungs (totals need not: each rung
+        # carries the cache type it fits with, f16 where it can)
+        tot = [x["weights"] for x in d["rungs"]][:9]
         assert tot == sorted(tot, reverse=True), (p, tot)
+        # a 16-bit file's own rung keeps the f16 cache (Q8_0 weights come first)
+        for x in d["rungs"]:
+            if x["cache_type_k"] == "q8_0":
+                assert not x["as_is"], (p, gib, x)
 PY
 
 # ---- run / bench refuse a model over the budget, naming the rung ---------
@@ -125,6 +133,10 @@ out=$("$BIN" run -m "$M/tiny-qwen3-f16.gguf" -p Hi -n 2 --ctx 512 --memory 9M 2>
 if [ $rc -ne 0 ] && echo "$out" | grep -q "picks Q6_K" && echo "$out" | grep -q "pocketllm quantize .*tiny-qwen3-f16.gguf .* Q6_K"; then ok
 else bad "run --memory refusal: rc=$rc $out"; fi
 out=$("$BIN" run -m "$M/tiny-qwen3-f16.gguf" -p Hi -n 2 --ctx 512 --memory 8M 2>&1); rc=$?
+if [ $rc -ne 0 ] && echo "$out" | grep -q "picks Q2_K" && echo "$out" | grep -q "run it with --cache-type-k q8_0 --cache-type-v q8_0"; then ok
+else bad "run --memory refusal (a q8_0 cache before a lower rung): $out"; fi
+# with the cache type fixed, the plan keeps it: then the IQ rung it was before
+out=$("$BIN" run -m "$M/tiny-qwen3-f16.gguf" -p Hi -n 2 --ctx 512 --memory 8M -ctk f16 -ctv f16 2>&1); rc=$?
 if [ $rc -ne 0 ] && echo "$out" | grep -q "picks IQ2_XS" && echo "$out" | grep -q "pocketllm imatrix"; then ok
 else bad "run --memory refusal (IQ rung): $out"; fi
 out=$("$BIN" bench -m "$M/tiny-qwen3-f16.gguf" -p 512 -n 8 -r 1 --memory 9M 2>&1); rc=$?

@@ -31,6 +31,14 @@ bool pl_cli_parse_float(const char *s, double *out);
  * and its probe finds the device; else prints a one-line error and returns
  * 1 (the exit status). */
 int pl_cli_check_device(const char *cmd, const char *device);
+/* The KV cache type options of run, bench, serve and fit (cli_cache.c):
+ * --cache-type-k / -ctk and --cache-type-v / -ctv, each f16 | q8_0 | q4_0,
+ * as llama.cpp's. Returns true if argv[*i] was one of them (the value goes to
+ * *k or *v); a missing or unknown type prints an error and sets *bad, so a
+ * typo stops the command before anything is loaded. */
+bool pl_cli_cache_opt(int argc, char **argv, int *i, const char **k, const char **v, bool *bad);
+/* The usage lines for those two options. */
+extern const char pl_cli_cache_usage[];
 /* JSON string escaping of arbitrary bytes (invalid UTF-8 becomes U+FFFD). */
 void pl_cli_json_string(FILE *f, const char *s, size_t len);
 

@@ -59,6 +59,10 @@ void pl_cli_fit_advice(const char *model_path, const pl_model_params *mp, char *
     fp.n_ctx = mp->n_ctx;
     fp.n_threads = mp->n_threads;
     fp.budget = mp->memory_budget;
+    /* the types the command asked for are kept; none asked: the plan may
+     * lower the cache (and then says how) */
+    fp.cache_type_k = mp->cache_type_k;
+    fp.cache_type_v = mp->cache_type_v;
     pl_fit_result *r = NULL;
     pl_fit_rung_info src, c, last;
     /* (pl_last_error still names the original failure for the caller: it is
@@ -71,8 +75,11 @@ void pl_cli_fit_advice(const char *model_path, const pl_model_params *mp, char *
         return;
     }
     const double mib = 1048576.0;
-    int n = snprintf(buf, cap, "%s (%s) needs %.1f MiB on device '%s' with a %d-token context; the budget is %.1f MiB.",
-                     pl_fit_model(r), src.name, src.plan.total / mib, pl_fit_device(r), (int)pl_fit_n_ctx(r),
+    char kvs[64] = "";
+    if (strcmp(src.cache_type_k, "f16") || strcmp(src.cache_type_v, "f16"))
+        snprintf(kvs, sizeof kvs, ", KV cache %s/%s", src.cache_type_k, src.cache_type_v);
+    int n = snprintf(buf, cap, "%s (%s%s) needs %.1f MiB on device '%s' with a %d-token context; the budget is %.1f MiB.",
+                     pl_fit_model(r), src.name, kvs, src.plan.total / mib, pl_fit_device(r), (int)pl_fit_n_ctx(r),
                      pl_fit_budget(r) / mib);
     if (n < 0 || (size_t)n >= cap) goto done;
     if (why == PL_FIT_NONE_FITS) {
@@ -80,6 +87,13 @@ void pl_cli_fit_advice(const char *model_path, const pl_model_params *mp, char *
                  " No rung of the quantization ladder fits (the smallest, %s, needs %.1f MiB): use a device with more "
                  "memory or a shorter context (--ctx).",
                  last.name, last.plan.total / mib);
+    } else if (why == PL_FIT_AS_IS && pl_fit_rung(r, 0, &c) == PL_OK &&
+               (strcmp(c.cache_type_k, "f16") || strcmp(c.cache_type_v, "f16")) && !mp->cache_type_k &&
+               !mp->cache_type_v) {
+        snprintf(buf + n, cap - (size_t)n,
+                 " 'pocketllm fit' keeps the weights as they are and lowers the KV cache (%.1f MiB): add "
+                 "--cache-type-k %s --cache-type-v %s.",
+                 c.plan.total / mib, c.cache_type_k, c.cache_type_v);
     } else if (why == PL_FIT_AS_IS) {
         snprintf(buf + n, cap - (size_t)n, " It should fit as is (see 'pocketllm fit').");
     } else if (pl_fit_rung(r, pl_fit_chosen(r), &c) == PL_OK) {
@@ -98,6 +112,11 @@ void pl_cli_fit_advice(const char *model_path, const pl_model_params *mp, char *
                      " 'pocketllm fit' picks %s (%.1f MiB, %.2f bits per weight). Make it with:\n"
                      "  pocketllm quantize %s %s-%s.gguf %s",
                      c.name, c.plan.total / mib, c.bpw, model_path, out_name, c.name, c.name);
+        n = (int)strlen(buf);
+        if (n >= 0 && (size_t)n < cap && (strcmp(c.cache_type_k, "f16") || strcmp(c.cache_type_v, "f16")) &&
+            !mp->cache_type_k && !mp->cache_type_v)
+            snprintf(buf + n, cap - (size_t)n, "\n  and run it with --cache-type-k %s --cache-type-v %s",
+                     c.cache_type_k, c.cache_type_v);
     }
 done:
     pl_fit_free(r);

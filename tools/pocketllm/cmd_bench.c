@@ -72,6 +72,7 @@ static int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *device = "cpu", *memory = NULL, *v;
     long long p = 512, n = 128, r = 5, threads = 0, depth = 0;
     bool json = false, bad = false;
+    const char *cache_k = NULL, *cache_v = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -79,8 +80,10 @@ static int cmd_bench(int argc, char **argv) {
                  "                       [-d DEPTH] [--memory BYTES|auto]\n"
                  "  -p 0 or -n 0 skips that test. -d (--n-depth): run the tests after DEPTH context tokens\n"
                  "  (\"tg128 @ d4096\"). --memory: a model that does not fit the budget is refused.");
+            fputs(pl_cli_cache_usage, stdout);
             return 0;
         } else if (!strcmp(a, "--json")) json = true;
+        else if (pl_cli_cache_opt(argc, argv, &i, &cache_k, &cache_v, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model_path, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--device", &device, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--memory", &memory, &bad)) {}
@@ -104,6 +107,11 @@ static int cmd_bench(int argc, char **argv) {
     /* each test starts at position depth */
     mp.n_ctx = (int)(depth + (p > n ? p : n) > 0 ? depth + (p > n ? p : n) : 512);
     mp.n_batch = (int)(p > 0 ? p : depth > 0 ? (depth < 512 ? depth : 512) : 1);
+    mp.cache_type_k = cache_k;
+    mp.cache_type_v = cache_v;
+    const char *tk = cache_k ? cache_k : "f16", *tv = cache_v ? cache_v : "f16";
+    /* as llama-bench: the cache type columns only when one is not the default */
+    const bool kv_cols = strcmp(tk, "f16") || strcmp(tv, "f16");
     char budget_msg[512];
     if (memory && pl_cli_parse_budget(memory, device, &mp.memory_budget, budget_msg, sizeof budget_msg) != PL_OK)
         return pl_cli_error("bench: bad --memory: %s", budget_msg);
@@ -191,12 +199,14 @@ static int cmd_bench(int argc, char **argv) {
                    pl_model_device(m), pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std,
                    res[i].is_pp ? "gflop_s" : "gb_s", res[i].rate, wbytes, params, depth);
             if (!res[i].is_pp) printf(", \"bytes_per_token\": %.0f", res[i].bytes);
+            printf(", \"type_k\": \"%s\", \"type_v\": \"%s\"", tk, tv);
             printf("}");
         }
         printf("\n]\n");
     } else {
-        printf("| model | size | params | backend | threads | test | t/s | GB/s or GFLOP/s |\n");
-        printf("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: |\n");
+        printf("| model | size | params | backend | threads |%s test | t/s | GB/s or GFLOP/s |\n",
+               kv_cols ? " type_k | type_v |" : "");
+        printf("| --- | ---: | ---: | --- | ---: |%s ---: | ---: | ---: |\n", kv_cols ? " --- | --- |" : "");
         for (int i = 0; i < n_res; i++)
         {
             char size[32], np[32];
@@ -204,8 +214,10 @@ static int cmd_bench(int argc, char **argv) {
             else snprintf(size, sizeof size, "%.2f MiB", wbytes / 1048576.0);
             if (params >= 1e9) snprintf(np, sizeof np, "%.2f B", params / 1e9);
             else snprintf(np, sizeof np, "%.2f M", params / 1e6);
-            printf("| %s | %s | %s | %s | %d | %s | %.2f ± %.2f | %.1f %s |\n", name, size, np, pl_model_device(m),
-                   pl_model_n_threads(m), res[i].test, res[i].mean, res[i].std, res[i].rate,
+            char kvc[64] = "";
+            if (kv_cols) snprintf(kvc, sizeof kvc, " %s | %s |", tk, tv);
+            printf("| %s | %s | %s | %s | %d |%s %s | %.2f ± %.2f | %.1f %s |\n", name, size, np, pl_model_device(m),
+                   pl_model_n_threads(m), kvc, res[i].test, res[i].mean, res[i].std, res[i].rate,
                    res[i].is_pp ? "GFLOP/s" : "GB/s");
         }
     }

@@ -35,12 +35,16 @@ static const char *fit_usage =
     "                        free memory (cpu: MemAvailable)\n"
     "  --ctx N               context length to plan the KV cache for (default min(model, 4096))\n"
     "  --threads N           threads the plan assumes (default: all cores)\n"
+    "  --cache-type-k T, --cache-type-v T   plan every rung with these KV cache types (f16, q8_0,\n"
+    "                        q4_0); default: f16, or q8_0 where that makes a rung fit -- the cache is\n"
+    "                        lowered before the weights are\n"
     "  --json                one JSON object on stdout\n"
     "  --check CASES.jsonl   also require each case {\"prompt\", \"expect\"} to pass greedily\n"
     "  --imatrix F           importance matrix for checking the IQ rungs\n"
     "  --check-tokens N      tokens generated per case (default 32)\n"
     "  --keep DIR            keep the quantized files of --check in DIR\n"
     "ladder: as is > Q8_0 > Q6_K > Q4_K_M > Q2_K > IQ2_XS > IQ2_XXS > IQ1_M > IQ1_S > TQ2_0 > TQ1_0\n"
+    "each rung also shows its KV cache type and the longest context ('max ctx') the budget holds there\n"
     "exit status: 0 with a plan, 3 when no rung fits (or passes --check), 1 on errors\n";
 
 static void free_cases(fit_case *c, int n) {
@@ -162,13 +166,17 @@ static int run_cases(const char *path, const pl_model_params *mp, const fit_case
     return result;
 }
 
+/* True when a rung's plan needs cache types other than the default f16. */
+static bool kv_note(const pl_fit_rung_info *g) { return strcmp(g->cache_type_k, "f16") || strcmp(g->cache_type_v, "f16"); }
+
 static void print_text(const pl_fit_result *r, const pl_fit_rung_info *rungs, const int *check, char (*why)[256],
                        int plan, bool checked) {
     const double mib = 1048576.0;
     const int n_rungs = pl_fit_n_rungs(r);
     printf("fit: %s on %s, %d-token context, budget %.1f MiB%s\n", pl_fit_model(r), pl_fit_device(r),
            (int)pl_fit_n_ctx(r), pl_fit_budget(r) / mib, pl_fit_budget_is_free_memory(r) ? " (free memory)" : "");
-    printf("  %-14s %11s %11s %11s %11s %6s  %s\n", "rung", "weights", "KV cache", "scratch", "total MiB", "bpw", "fits");
+    printf("  %-14s %11s %11s %11s %11s %6s %9s %8s  %s\n", "rung", "weights", "KV cache", "scratch", "total MiB",
+           "bpw", "KV type", "max ctx", "fits");
     for (int i = 0; i < n_rungs; i++) {
         const pl_fit_rung_info *g = &rungs[i];
         char name[32];
@@ -177,9 +185,12 @@ static void print_text(const pl_fit_result *r, const pl_fit_rung_info *rungs, co
             printf("  %-14s cannot run here: %s\n", name, g->error);
             continue;
         }
-        printf("  %-14s %11.1f %11.1f %11.1f %11.1f %6.2f  %s%s", name, g->plan.weights / mib, g->plan.kv_cache / mib,
-               g->plan.scratch / mib, g->plan.total / mib, g->bpw, g->fits ? "yes" : "no",
-               i == plan ? "  <- plan" : "");
+        char kv[24];
+        if (!strcmp(g->cache_type_k, g->cache_type_v)) snprintf(kv, sizeof kv, "%s", g->cache_type_k);
+        else snprintf(kv, sizeof kv, "%s/%s", g->cache_type_k, g->cache_type_v);
+        printf("  %-14s %11.1f %11.1f %11.1f %11.1f %6.2f %9s %8d  %s%s", name, g->plan.weights / mib,
+               g->plan.kv_cache / mib, g->plan.scratch / mib, g->plan.total / mib, g->bpw, kv, (int)g->max_ctx,
+               g->fits ? "yes" : "no", i == plan ? "  <- plan" : "");
         if (check[i] == CHECK_PASS) printf("  [check: pass]");
         else if (check[i] == CHECK_FAIL) printf("  [check: FAIL: %s]", why[i]);
         else if (check[i] == CHECK_SKIP) printf("  [check: skipped: %s]", why[i]);
@@ -191,9 +202,13 @@ static void print_text(const pl_fit_result *r, const pl_fit_rung_info *rungs, co
         else
             printf("plan: none -- even %s needs more than the budget\n", rungs[n_rungs - 1].name);
     } else if (rungs[plan].as_is) {
-        printf("plan: %s as is\n", rungs[plan].name);
+        printf("plan: %s as is%s%s%s%s\n", rungs[plan].name, kv_note(&rungs[plan]) ? " with --cache-type-k " : "",
+               kv_note(&rungs[plan]) ? rungs[plan].cache_type_k : "", kv_note(&rungs[plan]) ? " --cache-type-v " : "",
+               kv_note(&rungs[plan]) ? rungs[plan].cache_type_v : "");
     } else {
-        printf("plan: %s (%.1f MiB)%s\n", rungs[plan].name, rungs[plan].plan.total / mib,
+        printf("plan: %s (%.1f MiB)%s%s%s%s%s\n", rungs[plan].name, rungs[plan].plan.total / mib,
+               kv_note(&rungs[plan]) ? " with --cache-type-k " : "", kv_note(&rungs[plan]) ? rungs[plan].cache_type_k : "",
+               kv_note(&rungs[plan]) ? " --cache-type-v " : "", kv_note(&rungs[plan]) ? rungs[plan].cache_type_v : "",
                rungs[plan].needs_imatrix ? ", needs an importance matrix (pocketllm imatrix)" : "");
     }
 }
@@ -218,6 +233,8 @@ static void print_json(const pl_fit_result *r, const pl_fit_rung_info *rungs, co
                    (unsigned long long)g->plan.weights, (unsigned long long)g->plan.kv_cache,
                    (unsigned long long)g->plan.scratch, (unsigned long long)g->plan.total, g->bpw,
                    g->fits ? "true" : "false");
+            printf(", \"cache_type_k\": \"%s\", \"cache_type_v\": \"%s\", \"max_ctx\": %d", g->cache_type_k,
+                   g->cache_type_v, (int)g->max_ctx);
         }
         if (check[i]) {
             printf(", \"check\": \"%s\"", cs[check[i]]);
@@ -231,6 +248,9 @@ static void print_json(const pl_fit_result *r, const pl_fit_rung_info *rungs, co
     printf("\n], \"plan\": ");
     if (plan < 0) printf("null");
     else printf("\"%s\"", rungs[plan].name);
+    if (plan >= 0)
+        printf(", \"plan_cache_type_k\": \"%s\", \"plan_cache_type_v\": \"%s\"", rungs[plan].cache_type_k,
+               rungs[plan].cache_type_v);
     printf("}\n");
 }
 
@@ -239,12 +259,14 @@ static int cmd_fit(int argc, char **argv) {
                *imatrix = NULL, *keep = NULL, *v;
     long long ctx = 0, threads = 0, check_tokens = 32;
     bool json = false, bad = false;
+    const char *cache_k = NULL, *cache_v = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             fputs(fit_usage, stdout);
             return 0;
         } else if (!strcmp(a, "--json")) json = true;
+        else if (pl_cli_cache_opt(argc, argv, &i, &cache_k, &cache_v, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--model", &model, &bad) || pl_cli_opt(argc, argv, &i, "-m", &model, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--preset", &preset, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--vocab", &vocab, &bad)) {}
@@ -274,6 +296,8 @@ static int cmd_fit(int argc, char **argv) {
     fp.n_ctx = (int)ctx;
     fp.n_threads = (int)threads;
     fp.budget = budget;
+    fp.cache_type_k = cache_k;
+    fp.cache_type_v = cache_v;
     pl_fit_result *r = NULL;
     int rc = 0;
     pl_status st = preset ? pl_fit_preset(preset, vocab, &fp, &r) : pl_fit(model, &fp, &r);
@@ -347,6 +371,8 @@ static int cmd_fit(int argc, char **argv) {
                 }
             }
             if (!json) fprintf(stderr, "fit: checking %s on %d case(s) ...\n", g->name, n_cases);
+            mp.cache_type_k = g->cache_type_k;   /* the rung's plan, cache types included */
+            mp.cache_type_v = g->cache_type_v;
             const int res = run_cases(path, &mp, cases, n_cases, (int)check_tokens, why[i], sizeof why[i]);
             if (!g->as_is && !keep) unlink(path);
             if (res < 0) {

@@ -145,10 +145,12 @@ static int cmd_run(int argc, char **argv) {
     size_t n_chat_ids = 0;
     run_sampling rsm = {.repeat = 1.0, .last_n = 64, .logprobs = -1};
     run_lp *lps = NULL;
+    const char *cache_k = NULL, *cache_v = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(run_usage, stdout); return 0; }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(run_usage, stdout); fputs(pl_cli_cache_usage, stdout); return 0; }
         else if (sampling_opt(argc, argv, &i, &rsm, &bad)) {}
+        else if (pl_cli_cache_opt(argc, argv, &i, &cache_k, &cache_v, &bad)) {}
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-parse-special")) parse_special = false;
         else if (!strcmp(a, "--chat")) chat = true;
@@ -201,6 +203,8 @@ static int cmd_run(int argc, char **argv) {
     mp.device = device;
     mp.n_threads = (int)threads;
     mp.n_ctx = (int)ctx;
+    mp.cache_type_k = cache_k;
+    mp.cache_type_v = cache_v;
     char budget_msg[512];
     if (memory && pl_cli_parse_budget(memory, device, &mp.memory_budget, budget_msg, sizeof budget_msg) != PL_OK) {
         free(gtext);

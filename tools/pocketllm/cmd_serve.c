@@ -33,6 +33,8 @@ static const char *serve_usage =
     "  --drain-timeout S    on SIGTERM, seconds to let running requests finish while new ones get 503\n"
     "                       and /health answers 503 (default 30; a second signal stops at once)\n"
     "  --health-queue-full-503  /health answers 503 while every slot is busy and the queue is full\n"
+    "  --cache-type-k T, -ctk T  K cache type: f16 (default), q8_0 or q4_0 (llama.cpp's, rotated)\n"
+    "  --cache-type-v T, -ctv T  V cache type: f16 (default), q8_0 or q4_0\n"
     "routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models, GET /health,\n"
     "        GET /slots, POST /tokenize, POST /detokenize, GET /metrics (with --metrics)\n";
 
@@ -54,10 +56,12 @@ static int cmd_serve(int argc, char **argv) {
     const char *v;
     bool bad = false;
     long long x;
+    const char *cache_k = NULL, *cache_v = NULL;
     for (int i = 1; i < argc && !bad; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { fputs(serve_usage, stdout); return 0; }
         else if (!strcmp(a, "--metrics")) cfg.metrics = true;
+        else if (pl_cli_cache_opt(argc, argv, &i, &cache_k, &cache_v, &bad)) {}
         else if (!strcmp(a, "--no-prompt-cache")) cfg.prompt_cache = false;
         else if (!strcmp(a, "--health-queue-full-503")) cfg.health_queue_full_503 = true;
         else if (pl_cli_opt(argc, argv, &i, "--slot-prompt-similarity", &v, &bad)) {
@@ -156,6 +160,8 @@ static int cmd_serve(int argc, char **argv) {
     /* Greedy output must not depend on the prompt cache or on what else is in
      * the batch (test_prompt_cache.py): the decode path for every batch. */
     mp.batch_invariant = true;
+    mp.cache_type_k = cache_k;
+    mp.cache_type_v = cache_v;
     if (pl_model_load(cfg.model_path, &mp, &s.model) != PL_OK) {
         int rc = pl_cli_error("%s", pl_last_error());
         pl_srv_http_stop(&s);

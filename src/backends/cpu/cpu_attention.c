@@ -50,6 +50,8 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "core/threadpool.h"
+#include "quant/hadamard.h"
+#include "quant/quant.h"
 
 #define PL_ATT_MAX_R 4     /* query rows per SIMD helper call */
 #define PL_ATT_ONLINE_TOK 64   /* batches below this many tokens: llama.cpp's FA numerics (ggml's Q tile) */
@@ -518,6 +520,192 @@ static bool pl_att_blocked_shape(const pl_node *node) {
 #endif
 }
 
+/* ---- quantized caches ---------------------------------------------------------
+ *
+ * A q8_0 / q4_0 K or V cache (and the rotation that comes with it) takes this
+ * path, for every batch size, with the steps of ggml's CPU flash attention
+ * (ggml_compute_forward_flash_attn_ext_f16_one_chunk), which llama.cpp
+ * requires for a quantized V cache and uses for any quantized cache:
+ *   - the query row is rotated by H_{k_rot} (iparams[2]; quant/hadamard.h)
+ *     and converted to K's vec_dot_type: q8_0 for a q8_0 / q4_0 K cache
+ *     (the integer dot products of the q8_0 / q4_0 matmul kernels),
+ *     f16 for an f16 K cache;
+ *   - positions in order, an online softmax: a new maximum M rescales the
+ *     running sum and the output by expf(M_old - M_new);
+ *   - the V row decoded to f32 and added in f32 (acc += expf(s - M) * v);
+ *   - the output divided by the sum, then rotated by H_{v_rot} (iparams[3]).
+ * A task is one token and one KV head: the group's query rows share each K
+ * tile and each decoded V row. Scores come a tile of PL_ATTQ_JB positions
+ * at a time from the K dtype's matmul tile kernel (cache rows as weight
+ * rows, the converted query rows as activations).
+ *
+ * Per-thread scratch (pl_attq_per_thread): the converted query rows, then
+ * f32 accumulators [group][head_dim], scores [group][PL_ATTQ_JB], the f32 query
+ * row and the decoded V row (head_dim each), M and S per query row. */
+#define PL_ATTQ_JB 64
+
+static bool pl_att_quant_dtype(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }
+
+static bool pl_att_is_quant(const pl_node *node) {
+    return pl_att_quant_dtype(node->src[1]->dtype) || pl_att_quant_dtype(node->src[2]->dtype) || node->iparams[2] ||
+           node->iparams[3];
+}
+
+static size_t pl_attq_qrow(const pl_cpu_mm_type *kt, int64_t hd) {
+    size_t b = kt ? pl_cpu_mm_act_row_size(kt, hd) : 0;
+    if (b < (size_t)hd * sizeof(float)) b = (size_t)hd * sizeof(float);
+    return (b + 63) & ~(size_t)63;
+}
+
+static size_t pl_attq_per_thread(const pl_node *node) {
+    const int64_t hd = node->src[0]->ne[0];
+    const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
+    const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
+    const pl_cpu_mm_type *kt = pl_cpu_mm_type_get(node->src[1]->dtype);
+    size_t b = (size_t)group * pl_attq_qrow(kt, hd);
+    b += ((size_t)group * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float);
+    return (b + 127) & ~(size_t)63;
+}
+
+typedef struct pl_attq_job {
+    const pl_node *node;
+    const pl_cpu_mm_type *kt;
+    int64_t hd, n_tok, n_kv_head, group;
+    size_t qrow, per_thread;
+    float scale;
+    bool avx2;
+    char *scratch;
+    int64_t n_tasks;
+    atomic_llong next;
+} pl_attq_job;
+
+/* One V row slice (hd elements) as f32: decoded into buf, or the row itself. */
+static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_t hd, bool avx2) {
+    if (t == PL_F32) return (const float *)src;
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (avx2 && pl_cpu_attq_decode_avx2(t, src, buf, hd)) return buf;
+#else
+    (void)avx2;
+#endif
+    pl_dequantize_row(t, src, buf, hd);
+    return buf;
+}
+
+static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
+    const pl_node *node = j->node;
+    const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *dst = node->dst;
+    const int64_t hd = j->hd, R = j->group;
+    const int64_t t = j->n_tok - 1 - task / j->n_kv_head, g = task % j->n_kv_head;
+    const int k_rot = node->iparams[2], v_rot = node->iparams[3];
+    const int32_t p = pl_att_i32(node->src[3], t), sq = pl_att_i32(node->src[4], t);
+    char *qc = scr;
+    float *acc = (float *)(scr + (size_t)R * j->qrow);   /* [R][hd] */
+    float *sc = acc + R * hd;                             /* [R][PL_ATTQ_JB] */
+    float *qf = sc + R * PL_ATTQ_JB, *vf = qf + hd;
+    float *M = vf + hd, *S = M + R;
+    for (int64_t r = 0; r < R; r++) {
+        const float *src = (const float *)((const char *)q->data + (g * R + r) * q->nb[1] + t * q->nb[2]);
+        memcpy(qf, src, (size_t)hd * sizeof(float));
+        if (k_rot) pl_hadamard_rows(qf, hd, k_rot);
+        if (j->kt->from_float) j->kt->from_float(qf, qc + r * j->qrow, hd);
+        else memcpy(qc + r * j->qrow, qf, (size_t)hd * sizeof(float));
+        M[r] = -INFINITY;
+        S[r] = 0.0f;
+        memset(acc + r * hd, 0, (size_t)hd * sizeof(float));
+    }
+    const size_t k_off = pl_dtype_row_size(k->dtype, g * hd), v_off = pl_dtype_row_size(v->dtype, g * hd);
+    const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
+    const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
+    const int max_nr = j->kt->max_nr, max_nc = j->kt->max_nc;
+    for (int64_t j0 = 0; j0 <= p; j0 += PL_ATTQ_JB) {
+        const int64_t n = p + 1 - j0 < PL_ATTQ_JB ? p + 1 - j0 : PL_ATTQ_JB;
+        /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
+        for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
+            const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
+            for (int64_t c0 = 0; c0 < R; c0 += max_nc) {
+                const int nc = (int)(R - c0 < max_nc ? R - c0 : max_nc);
+                j->kt->kernel(hd, kb + (j0 + i0) * k->nb[1], k->nb[1], nr, qc + c0 * j->qrow, j->qrow, nc,
+                              sc + c0 * PL_ATTQ_JB + i0, PL_ATTQ_JB);
+            }
+        }
+        for (int64_t i = 0; i < n; i++) {
+            const float *vr = pl_attq_vrow(v->dtype, vb + (j0 + i) * v->nb[1], vf, hd, j->avx2);
+            for (int64_t r = 0; r < R; r++) {
+                const float s = sc[r * PL_ATTQ_JB + i] * j->scale;
+                float ms = 1.0f, vs = 1.0f;
+                float *a = acc + r * hd;
+                if (s > M[r]) {
+                    ms = expf(M[r] - s);   /* 0 on the first position (M = -inf) */
+                    M[r] = s;
+                } else {
+                    vs = expf(s - M[r]);
+                }
+#if PL_CPU_HAVE_AVX2_BUILD
+                if (j->avx2) {
+                    pl_cpu_attq_axpy_avx2(a, vr, ms, vs, hd);   /* hd % 32 == 0 here */
+                } else
+#endif
+                {
+                    if (ms != 1.0f)
+                        for (int64_t d = 0; d < hd; d++) a[d] *= ms;
+                    for (int64_t d = 0; d < hd; d++) a[d] += vs * vr[d];
+                }
+                S[r] = S[r] * ms + vs;
+            }
+        }
+    }
+    for (int64_t r = 0; r < R; r++) {
+        float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * R + r) * hd;
+        const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
+        for (int64_t d = 0; d < hd; d++) out[d] = acc[r * hd + d] * inv;
+        if (v_rot) pl_hadamard_rows(out, hd, v_rot);
+    }
+}
+
+static void pl_attq_task(void *arg, int ith, int nth) {
+    pl_attq_job *j = arg;
+    char *scr = j->scratch + (size_t)ith * j->per_thread;
+    for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_tasks;
+         id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
+        pl_attq_run(j, id, scr);
+    (void)nth;
+}
+
+static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
+    const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    for (int i = 1; i <= 2; i++) {
+        const pl_dtype t = node->src[i]->dtype;
+        if (t != PL_F16 && t != PL_F32 && !pl_att_quant_dtype(t))
+            return pl_errorf(PL_ERR_UNSUPPORTED, "attention (cpu): no %s cache", pl_dtype_name(t));
+    }
+    pl_attq_job job;
+    memset(&job, 0, sizeof job);
+    job.node = node;
+    job.kt = pl_cpu_mm_type_get(k->dtype);
+    if (!job.kt || !job.kt->kernel || q->ne[0] % 32 || (v->dtype != PL_F32 && !pl_can_dequantize(v->dtype)))
+        return pl_errorf(PL_ERR_UNSUPPORTED, "attention (cpu): no kernel for a %s/%s cache at head_dim %lld",
+                         pl_dtype_name(k->dtype), pl_dtype_name(v->dtype), (long long)q->ne[0]);
+    job.hd = q->ne[0];
+    job.n_tok = q->ne[2];
+    job.n_kv_head = node->iparams[0];
+    job.group = q->ne[1] / job.n_kv_head;
+    job.qrow = pl_attq_qrow(job.kt, job.hd);
+    job.per_thread = pl_attq_per_thread(node);
+    job.scale = node->fparams[0];
+    job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
+    job.n_tasks = job.n_tok * job.n_kv_head;
+    const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
+    const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
+    pl_cpu_scratch scratch;
+    PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
+    job.scratch = scratch.ptr;
+    atomic_init(&job.next, 0);
+    if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
+    else pl_attq_task(&job, 0, 1);
+    pl_cpu_scratch_release(&scratch);
+    return PL_OK;
+}
+
 static size_t pl_att_per_thread(const pl_node *node) {
     const size_t n_ctx = (size_t)node->src[1]->ne[1], hd = (size_t)node->src[0]->ne[0];
     const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
@@ -539,14 +727,16 @@ static size_t pl_att_per_thread(const pl_node *node) {
 }
 
 size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
-    if (!node->src[0] || !node->src[1]) return 0;
-    return pl_att_per_thread(node) * (size_t)(n_threads < 1 ? 1 : n_threads) + 64;
+    if (!node->src[0] || !node->src[1] || !node->src[2]) return 0;
+    const size_t per = pl_att_is_quant(node) ? pl_attq_per_thread(node) : pl_att_per_thread(node);
+    return per * (size_t)(n_threads < 1 ? 1 : n_threads) + 64;
 }
 
 pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const pl_tensor *pos = node->src[3], *seq = node->src[4];
-    if ((k->dtype != PL_F16 && k->dtype != PL_F32) || v->dtype != k->dtype)
+    const bool quant = pl_att_is_quant(node);
+    if (!quant && ((k->dtype != PL_F16 && k->dtype != PL_F32) || v->dtype != k->dtype))
         return pl_errorf(PL_ERR_UNSUPPORTED, "attention (cpu): no %s/%s cache", pl_dtype_name(k->dtype),
                          pl_dtype_name(v->dtype));
     const int n_kv_head = node->iparams[0];
@@ -558,6 +748,7 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
             return pl_errorf(PL_ERR_INVALID_ARG, "attention: token %lld has pos %d / seq %d outside the cache's %lld x %lld",
                              (long long)t, p, sq, (long long)k->ne[1], (long long)k->ne[2]);
     }
+    if (quant) return pl_att_quant(ctx, node);
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     pl_att_job job;
     memset(&job, 0, sizeof job);

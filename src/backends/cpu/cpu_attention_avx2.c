@@ -10,6 +10,8 @@
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_simd_avx2.h"
+#include "core/fp16.h"
+#include "quant/blocks.h"
 
 PL_AI __m256 pl_ld8(const char *row, int64_t d, const int f16) {
     if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + d)));
@@ -802,4 +804,55 @@ PL_AVX512 void pl_cpu_att_flash_avx512(int R, const float *const *q, const int64
         const float inv = L[r] == 0.0f ? 0.0f : 1.0f / L[r];
         for (int64_t d = 0; d < hd; d++) out[r][d] = O[r * hd + d] * inv;
     }
+}
+
+/* a = a * ms + vs * v (n a multiple of 8): the online-softmax update of the
+ * quantized-cache path, one rounding for the scale, one fused multiply-add
+ * for the weighted V row (as ggml_vec_scale_f32 + ggml_vec_mad_f32). */
+void pl_cpu_attq_axpy_avx2(float *a, const float *v, float ms, float vs, int64_t n) {
+    const __m256 vm = _mm256_set1_ps(ms), vv = _mm256_set1_ps(vs);
+    if (ms == 1.0f) {
+        for (int64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vv, _mm256_loadu_ps(a + i)));
+    } else {
+        for (int64_t i = 0; i < n; i += 8)
+            _mm256_storeu_ps(a + i, _mm256_fmadd_ps(_mm256_loadu_ps(v + i), vv,
+                                                    _mm256_mul_ps(_mm256_loadu_ps(a + i), vm)));
+    }
+}
+
+/* One q8_0 / q4_0 cache row slice of n elements (n a multiple of 32) decoded
+ * to f32: d * q (q8_0), d * (q - 8) (q4_0), exact products as the scalar
+ * decoders give. Returns false for other dtypes. */
+bool pl_cpu_attq_decode_avx2(pl_dtype t, const void *src, float *dst, int64_t n) {
+    if (t == PL_Q8_0) {
+        const block_q8_0 *b = src;
+        for (int64_t i = 0; i < n / 32; i++, dst += 32) {
+            const __m256 d = _mm256_set1_ps(pl_f16_to_f32(b[i].d));
+            for (int k = 0; k < 32; k += 8) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(b[i].qs + k));
+                _mm256_storeu_ps(dst + k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q))));
+            }
+        }
+        return true;
+    }
+    if (t == PL_Q4_0) {
+        const block_q4_0 *b = src;
+        const __m128i lo = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+        for (int64_t i = 0; i < n / 32; i++, dst += 32) {
+            const __m256 d = _mm256_set1_ps(pl_f16_to_f32(b[i].d));
+            const __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
+            /* elements 0..15: low nibbles, 16..31: high nibbles, each minus 8 */
+            const __m128i q0 = _mm_sub_epi8(_mm_and_si128(q, lo), eight);
+            const __m128i q1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), lo), eight);
+            const __m128i h[2] = {q0, q1};
+            for (int k = 0; k < 2; k++) {
+                _mm256_storeu_ps(dst + 16 * k, _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h[k]))));
+                _mm256_storeu_ps(dst + 16 * k + 8,
+                                 _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(h[k], 8)))));
+            }
+        }
+        return true;
+    }
+    return false;
 }

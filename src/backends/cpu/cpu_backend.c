@@ -32,8 +32,12 @@ static const pl_kernel pl_cpu_kernels[] = {
     {PL_OP_ROPE, PL_F32, pl_cpu_op_rope, NULL},
     {PL_OP_KV_STORE, PL_F16, pl_cpu_op_kv_store, NULL},
     {PL_OP_KV_STORE, PL_F32, pl_cpu_op_kv_store, NULL},
+    {PL_OP_KV_STORE, PL_Q8_0, pl_cpu_op_kv_store, NULL},
+    {PL_OP_KV_STORE, PL_Q4_0, pl_cpu_op_kv_store, NULL},
     {PL_OP_ATTENTION, PL_F16, pl_cpu_op_attention, pl_cpu_work_attention},
     {PL_OP_ATTENTION, PL_F32, pl_cpu_op_attention, pl_cpu_work_attention},
+    {PL_OP_ATTENTION, PL_Q8_0, pl_cpu_op_attention, pl_cpu_work_attention},
+    {PL_OP_ATTENTION, PL_Q4_0, pl_cpu_op_attention, pl_cpu_work_attention},
 };
 
 extern const pl_backend pl_backend_cpu;

@@ -359,6 +359,12 @@ void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t 
 void pl_cpu_att_values_avx2(int R, const float *P, int64_t ldS, const char *v, size_t vs, bool f16, int64_t n_kv,
                             int64_t hd, float *O, bool accumulate);
 float pl_cpu_att_softmax_avx2(float *x, int64_t n);
+/* Quantized-cache attention (cpu_attention.c): a = a * ms + vs * v over n
+ * floats (n a multiple of 8), the scale then ggml_vec_mad_f32's fused add. */
+void pl_cpu_attq_axpy_avx2(float *a, const float *v, float ms, float vs, int64_t n);
+/* A q8_0 / q4_0 row slice of n elements (a multiple of 32) decoded to f32;
+ * false for any other dtype (the caller decodes it). */
+bool pl_cpu_attq_decode_avx2(pl_dtype t, const void *src, float *dst, int64_t n);
 /* v: when not NULL, the V rows (stride vs) of the same positions are
  * brought into L2 as the K rows are read (the V recurrence that follows is
  * a latency-bound chain that cannot run ahead to its own misses). */

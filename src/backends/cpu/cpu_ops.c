@@ -16,6 +16,7 @@
 #include "core/fp16.h"
 #include "core/status.h"
 #include "core/threadpool.h"
+#include "quant/hadamard.h"
 #include "quant/quant.h"
 
 /* Below this many elements an op runs on the calling thread alone. */
@@ -309,15 +310,60 @@ static void pl_kv_store_range(const pl_node *node, int64_t c0, int64_t c1) {
     }
 }
 
+/* Quantized caches (q8_0, q4_0) and rotated rows: columns in units of a head
+ * (the rotation stays inside a head; head_dim is a multiple of 32, so whole
+ * blocks) or, without rotation, of 64 elements. Each unit is copied, rotated
+ * by H_rot (quant/hadamard.h), then rounded as llama.cpp's set_rows does:
+ * q8_0 with the from_float of its x86 build (the AVX quantize_row_q8_0,
+ * which the q8_0 activation converter reproduces bit for bit), q4_0 with
+ * quantize_row_q4_0_ref, f16 to nearest even. */
+#define PL_KV_MAX_UNIT 1024
+
+static int64_t pl_kv_unit(const pl_node *node) { return node->iparams[0] ? node->iparams[1] : PL_KV_COLS; }
+
+static void pl_kv_store_q_range(const pl_node *node, int64_t c0, int64_t c1) {
+    const pl_tensor *rows = node->src[0], *pos = node->src[1], *seq = node->src[2], *cache = node->dst;
+    const int64_t kv_dim = rows->ne[0], unit = pl_kv_unit(node);
+    const int rot = node->iparams[0];
+    const pl_cpu_mm_type *q8 = cache->dtype == PL_Q8_0 ? pl_cpu_mm_type_get(PL_Q8_0) : NULL;
+    float buf[PL_KV_MAX_UNIT];
+    for (int64_t t = 0; t < rows->ne[1]; t++) {
+        const float *src = (const float *)pl_tensor_row(rows, t, 0, 0);
+        char *out = pl_tensor_row(cache, pl_i32_at(pos, t), pl_i32_at(seq, t), 0);
+        for (int64_t c = c0; c < c1; c++) {
+            const int64_t lo = c * unit, n = kv_dim - lo < unit ? kv_dim - lo : unit;
+            memcpy(buf, src + lo, (size_t)n * sizeof(float));
+            if (rot) pl_hadamard_rows(buf, n, rot);
+            char *o = out + pl_dtype_row_size(cache->dtype, lo);
+            switch (cache->dtype) {
+            case PL_Q8_0: q8->from_float(buf, o, n); break;
+            case PL_Q4_0: pl_quantize_row_q4_0(buf, o, n); break;
+            case PL_F16: pl_cpu_vec_f32_to_f16(buf, (uint16_t *)o, n); break;
+            default: memcpy(o, buf, (size_t)n * sizeof(float)); break;
+            }
+        }
+    }
+}
+
 pl_status pl_cpu_op_kv_store(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *rows = node->src[0], *pos = node->src[1], *seq = node->src[2], *cache = node->dst;
-    if (cache->dtype != PL_F16 && cache->dtype != PL_F32)
+    const bool quant = cache->dtype == PL_Q8_0 || cache->dtype == PL_Q4_0;
+    if (cache->dtype != PL_F16 && cache->dtype != PL_F32 && !quant)
         return pl_errorf(PL_ERR_UNSUPPORTED, "kv_store (cpu): no %s cache", pl_dtype_name(cache->dtype));
+    if ((quant || node->iparams[0]) && (pl_kv_unit(node) > PL_KV_MAX_UNIT || pl_kv_unit(node) < 1 ||
+                                        (quant && rows->ne[0] % 32)))
+        return pl_errorf(PL_ERR_UNSUPPORTED, "kv_store (cpu): rows of %lld in units of %lld", (long long)rows->ne[0],
+                         (long long)pl_kv_unit(node));
     for (int64_t t = 0; t < rows->ne[1]; t++) {
         const int32_t p = pl_i32_at(pos, t), sq = pl_i32_at(seq, t);
         if (p < 0 || p >= cache->ne[1] || sq < 0 || sq >= cache->ne[2])
             return pl_errorf(PL_ERR_INVALID_ARG, "kv_store: token %lld has pos %d / seq %d outside the cache's %lld x %lld",
                              (long long)t, p, sq, (long long)cache->ne[1], (long long)cache->ne[2]);
+    }
+    if (quant || node->iparams[0]) {
+        const int64_t unit = pl_kv_unit(node), n_units = (rows->ne[0] + unit - 1) / unit;
+        pl_run_rows(ctx, node, n_units, unit * rows->ne[1] * 4, pl_kv_store_q_range);
+        return PL_OK;
     }
     const int64_t n_chunks = (rows->ne[0] + PL_KV_COLS - 1) / PL_KV_COLS;
     pl_run_rows(ctx, node, n_chunks, PL_KV_COLS * rows->ne[1], pl_kv_store_range);

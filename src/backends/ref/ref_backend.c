@@ -21,6 +21,7 @@
 #include "kernels/abi.h"
 #include "core/fp16.h"
 #include "core/status.h"
+#include "quant/hadamard.h"
 #include "quant/quant.h"
 #include <math.h>
 #include <stdlib.h>
@@ -196,15 +197,34 @@ static pl_status check_slot(const char *op, const pl_tensor *cache, int64_t t, i
     return PL_OK;
 }
 
+/* Quantized caches (q8_0, q4_0): the row, rotated by H_rot when iparams[0]
+ * asks (quant/hadamard.h), then quantized by the reference quantizer. */
+static size_t ref_kv_store_work(const pl_node *node, int n_threads) {
+    (void)n_threads;
+    return (size_t)node->src[0]->ne[0] * sizeof(float);
+}
+
 static pl_status ref_kv_store(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *rows = node->src[0], *pos = node->src[1], *seq = node->src[2], *cache = node->dst;
     const int64_t kv_dim = rows->ne[0];
+    const int rot = node->iparams[0];
     for (int64_t t = 0; t < rows->ne[1]; t++) {
         const int32_t p = i32_at(pos, t), sq = i32_at(seq, t);
         PL_TRY(check_slot("kv_store", cache, t, p, sq));
         const float *src = f32_at(rows, 0, t, 0, 0);
         void *out = pl_tensor_row(cache, p, sq, 0);
-        if (cache->dtype == PL_F16) {
+        if (cache->dtype == PL_Q8_0 || cache->dtype == PL_Q4_0 || rot) {
+            ref_scratch s;
+            PL_TRY(scratch_get(ctx, ref_kv_store_work(node, 1), &s));
+            float *x = s.p;
+            memcpy(x, src, (size_t)kv_dim * sizeof(float));
+            if (rot) pl_hadamard_rows(x, kv_dim, rot);
+            if (cache->dtype == PL_Q8_0) pl_quantize_row_q8_0(x, out, kv_dim);
+            else if (cache->dtype == PL_Q4_0) pl_quantize_row_q4_0(x, out, kv_dim);
+            else if (cache->dtype == PL_F16) pl_quantize_row_f16(x, out, kv_dim);
+            else memcpy(out, x, (size_t)kv_dim * sizeof(float));
+            scratch_put(&s);
+        } else if (cache->dtype == PL_F16) {
             pl_f16 *o = out;
             for (int64_t i = 0; i < kv_dim; i++) o[i] = pl_f32_to_f16(src[i]);
         } else if (cache->dtype == PL_F32) {
@@ -221,11 +241,88 @@ static pl_status ref_kv_store(pl_exec_ctx *ctx, const pl_node *node) {
  * pos, seq I32 [n_tok]; dst F32 [head_dim*n_head, n_tok].
  * Scratch: n_ctx scores and head_dim accumulators, in double. */
 static size_t ref_attention_work(const pl_node *node, int n_threads) {
-    return ((size_t)node->src[1]->ne[1] + (size_t)node->src[0]->ne[0]) * sizeof(double);
+    (void)n_threads;
+    /* scores and accumulators (double), then q, the decoded K/V slice and
+     * the rounded q, head_dim floats each, and q's q8_0 blocks */
+    const size_t hd = (size_t)node->src[0]->ne[0];
+    return ((size_t)node->src[1]->ne[1] + hd) * sizeof(double) + 3 * hd * sizeof(float) + hd / 32 * 34 + 64;
 }
+
+static bool ref_quantized(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }
 
 static inline double cache_at(const pl_tensor *c, const void *row, int64_t i) {
     return c->dtype == PL_F16 ? (double)pl_f16_to_f32(((const pl_f16 *)row)[i]) : (double)((const float *)row)[i];
+}
+
+/* Quantized (or mixed, or rotated) caches, with llama.cpp's semantics
+ * (ggml's CPU flash attention, which a quantized cache requires there):
+ *   - q is rotated by H_{k_rot} in chunks (k_rot = iparams[2]);
+ *   - a quantized K row is dotted with q rounded to q8_0 (K's vec_dot_type),
+ *     an f16 K row with q rounded to f16; the dot itself is exact here;
+ *   - V rows are decoded to f32 and weighted by the softmax (in double);
+ *   - the output row is rotated by H_{v_rot} (v_rot = iparams[3]), undoing
+ *     V's rotation at store time (H*H = I).
+ * Shapes as the plain path; scratch: ref_attention_work. */
+static pl_status ref_attention_quant(pl_exec_ctx *ctx, const pl_node *node) {
+    const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
+    const pl_tensor *pos = node->src[3], *seq = node->src[4], *dst = node->dst;
+    const int64_t head_dim = q->ne[0], n_head = q->ne[1], n_tok = q->ne[2];
+    const int n_kv_head = node->iparams[0];
+    const int64_t group = n_head / n_kv_head;
+    const double scale = node->fparams[0];
+    const int k_rot = node->iparams[2], v_rot = node->iparams[3];
+    for (int i = 1; i <= 2; i++) {
+        const pl_dtype t = node->src[i]->dtype;
+        if (t != PL_F16 && t != PL_F32 && !ref_quantized(t))
+            return pl_errorf(PL_ERR_UNSUPPORTED, "attention: ref has no %s cache", pl_dtype_name(t));
+    }
+    for (int64_t t = 0; t < n_tok; t++) PL_TRY(check_slot("attention", k, t, i32_at(pos, t), i32_at(seq, t)));
+    ref_scratch s;
+    PL_TRY(scratch_get(ctx, ref_attention_work(node, 1), &s));
+    double *score = s.p, *acc = score + k->ne[1];
+    float *qf = (float *)(acc + head_dim), *row = qf + head_dim, *qr = row + head_dim;
+    void *qq = qr + head_dim;
+    const size_t k_off = pl_dtype_row_size(k->dtype, head_dim), v_off = pl_dtype_row_size(v->dtype, head_dim);
+    for (int64_t t = 0; t < n_tok; t++) {
+        const int32_t p = i32_at(pos, t), sq = i32_at(seq, t);
+        for (int64_t h = 0; h < n_head; h++) {
+            const int64_t g = h / group;   /* this head's slice of a cache row */
+            memcpy(qf, f32_at(q, 0, h, t, 0), (size_t)head_dim * sizeof(float));
+            if (k_rot) pl_hadamard_rows(qf, head_dim, k_rot);
+            /* q as K's dot product sees it */
+            if (ref_quantized(k->dtype)) {
+                pl_quantize_row_q8_0(qf, qq, head_dim);
+                pl_dequantize_row(PL_Q8_0, qq, qr, head_dim);
+            } else if (k->dtype == PL_F16) {
+                for (int64_t d = 0; d < head_dim; d++) qr[d] = pl_f16_to_f32(pl_f32_to_f16(qf[d]));
+            } else {
+                memcpy(qr, qf, (size_t)head_dim * sizeof(float));
+            }
+            double mx = -INFINITY;
+            for (int64_t j = 0; j <= p; j++) {
+                pl_dequantize_row(k->dtype, (const char *)pl_tensor_row(k, j, sq, 0) + g * k_off, row, head_dim);
+                double dot = 0.0;
+                for (int64_t d = 0; d < head_dim; d++) dot += (double)qr[d] * row[d];
+                score[j] = scale * dot;
+                if (score[j] > mx) mx = score[j];
+            }
+            double sum = 0.0;
+            for (int64_t j = 0; j <= p; j++) {
+                score[j] = exp(score[j] - mx);
+                sum += score[j];
+            }
+            for (int64_t d = 0; d < head_dim; d++) acc[d] = 0.0;
+            for (int64_t j = 0; j <= p; j++) {
+                pl_dequantize_row(v->dtype, (const char *)pl_tensor_row(v, j, sq, 0) + g * v_off, row, head_dim);
+                for (int64_t d = 0; d < head_dim; d++) acc[d] += score[j] * row[d];
+            }
+            float *out = f32_at(dst, h * head_dim, t, 0, 0);
+            for (int64_t d = 0; d < head_dim; d++) out[d] = (float)(acc[d] / sum);
+            if (v_rot) pl_hadamard_rows(out, head_dim, v_rot);
+        }
+    }
+    scratch_put(&s);
+    return PL_OK;
 }
 
 static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
@@ -235,6 +332,8 @@ static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
     const int n_kv_head = node->iparams[0];
     const int64_t group = n_head / n_kv_head;
     const double scale = node->fparams[0];
+    if (ref_quantized(k->dtype) || ref_quantized(v->dtype) || node->iparams[2] || node->iparams[3])
+        return ref_attention_quant(ctx, node);
     if ((k->dtype != PL_F16 && k->dtype != PL_F32) || v->dtype != k->dtype)
         return pl_errorf(PL_ERR_UNSUPPORTED, "attention: ref has no %s/%s cache", pl_dtype_name(k->dtype),
                          pl_dtype_name(v->dtype));
@@ -288,10 +387,14 @@ static const pl_kernel ref_kernels[] = {
     {PL_OP_ADD, PL_F32, ref_add, NULL},
     {PL_OP_SWIGLU, PL_F32, ref_swiglu, NULL},
     {PL_OP_ROPE, PL_F32, ref_rope, NULL},
-    {PL_OP_KV_STORE, PL_F16, ref_kv_store, NULL},
-    {PL_OP_KV_STORE, PL_F32, ref_kv_store, NULL},
+    {PL_OP_KV_STORE, PL_F16, ref_kv_store, ref_kv_store_work},
+    {PL_OP_KV_STORE, PL_F32, ref_kv_store, ref_kv_store_work},
+    {PL_OP_KV_STORE, PL_Q8_0, ref_kv_store, ref_kv_store_work},
+    {PL_OP_KV_STORE, PL_Q4_0, ref_kv_store, ref_kv_store_work},
     {PL_OP_ATTENTION, PL_F16, ref_attention, ref_attention_work},
     {PL_OP_ATTENTION, PL_F32, ref_attention, ref_attention_work},
+    {PL_OP_ATTENTION, PL_Q8_0, ref_attention, ref_attention_work},
+    {PL_OP_ATTENTION, PL_Q4_0, ref_attention, ref_attention_work},
 };
 
 extern const pl_backend pl_backend_ref;
