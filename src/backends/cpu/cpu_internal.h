@@ -198,7 +198,7 @@ _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whol
 
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
-                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16 } pl_cpu_pack_kind;
+                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -299,7 +299,23 @@ static inline size_t pl_tqx_panel_bytes(int64_t K) {
 }
 void pl_tqx_pack_panel(pl_dtype dt, const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
 void pl_tqx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+/* tq1_0 -> PL_PACK_TQ1_X16 where AVX-512 VBMI is there (a 256-entry trit
+ * lookup in two vpermi2b): the file's 5-trits-per-byte code kept, 13 code
+ * vectors of 64 bytes per block and panel (byte 4r + e of vector u: element
+ * e of chunks 5u..5u+4 of row r, see cpu_packed_tq.c), then the f16 scales
+ * [nb][16], padded to 64 bytes: 1.69 bits per weight read, as in the file. */
+#define PL_TQ1X_BLOCK (13 * 64)
+static inline size_t pl_tq1x_panel_bytes(int64_t K) {
+    const size_t nb = (size_t)(K / QK_K);
+    return nb * PL_TQ1X_BLOCK + ((nb * 32 + 63) & ~(size_t)63);
+}
+void pl_tq1x_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_tq1x_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+bool pl_cpu_has_vbmi(void);
+bool pl_cpu_tq1_compact(void);   /* VBMI and not PL_CPU_TQ1X=0 */
 #if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                             int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif

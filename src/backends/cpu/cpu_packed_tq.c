@@ -79,3 +79,66 @@ void pl_tqx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
         }
     }
 }
+
+/* tq1_0 -> PL_PACK_TQ1_X16 (compact, 5 trits per byte as in the file):
+ * byte 4r + e of vector u holds the trits of element e of chunks 5u + k
+ * (k = 0..4; the last vector of a block, u = 12, has chunks 60..63 and a
+ * zero fifth trit), encoded as tq1_0 encodes them: v = sum t_k 3^(4-k),
+ * byte = ceil(v * 256 / 243), trit k = top trit of byte * 3^k (mod 256). */
+void pl_tq1x_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    const int64_t nb = K / QK_K;
+    uint16_t *scales = (uint16_t *)(out + nb * PL_TQ1X_BLOCK);
+    memset(out, 0, pl_tq1x_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *codes = out + b * PL_TQ1X_BLOCK;
+        for (int r = 0; r < nr; r++) {
+            uint8_t t[QK_K];
+            uint16_t d;
+            pl_tq_block_trits(PL_TQ1_0, src + r * row_bytes + (size_t)b * sizeof(block_tq1_0), t, &d);
+            scales[b * PL_KQX_ROWS + r] = d;
+            for (int u = 0; u < 13; u++)
+                for (int e = 0; e < 4; e++) {
+                    int v = 0;
+                    for (int k = 0; k < 5; k++) {
+                        const int c = 5 * u + k;
+                        v = 3 * v + (c < QK_K / 4 ? t[4 * c + e] : 0);
+                    }
+                    codes[64 * u + 4 * r + e] = (uint8_t)((v * 256 + 242) / 243);
+                }
+        }
+    }
+}
+
+void pl_tq1x_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_tq1x_panel_bytes(K);
+    const uint16_t *scales = (const uint16_t *)(panel + nb * PL_TQ1X_BLOCK);
+    for (int64_t b = 0; b < nb; b++, out += QK_K) {
+        const float d = pl_f16_to_f32(scales[b * PL_KQX_ROWS + l]);
+        const uint8_t *codes = panel + b * PL_TQ1X_BLOCK;
+        for (int k = 0; k < QK_K; k++) {
+            const int c = k / 4;
+            const int t = pl_tq1_trit(codes[64 * (c / 5) + 4 * l + k % 4], c % 5);
+            out[k] = (float)(t - 1) * d;
+        }
+    }
+}
+
+/* PL_CPU_TQ1X=0: tq1_0 expanded to the 2-bit layout even where VBMI is
+ * there (before/after runs). */
+bool pl_cpu_tq1_compact(void) {
+    static int cached = -1;
+    if (cached < 0) cached = pl_cpu_has_vbmi() && pl_cpu_switch("PL_CPU_TQ1X");
+    return cached;
+}
+
+bool pl_cpu_has_vbmi(void) {
+#if PL_CPU_HAVE_AVX2_BUILD && defined(__GNUC__)
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx512vbmi") ? 1 : 0;
+    return cached;
+#else
+    return false;
+#endif
+}

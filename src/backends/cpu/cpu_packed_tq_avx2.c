@@ -160,3 +160,136 @@ PL_VNNI void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int
         }
     }
 }
+
+/* ---- tq1_0, compact (PL_PACK_TQ1_X16) -------------------------------------------
+ *
+ * Trit k of every byte of a code vector by table lookup: lut[k][b] for the
+ * 256 byte values, as 4 vectors of 64; vpermi2b looks up 128 entries by the
+ * low 7 bits, so two lookups (bytes below / from 128) and a blend on the top
+ * bit: 3 instructions per 64 trits, against 7 for the arithmetic extraction
+ * (times 3, then the top base-3 digit), and no extra bytes from memory. */
+#define PL_VBMI __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512vbmi")))
+#define PL_VBMI_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512vbmi")))
+
+#define PL_TQ1T(b, p) (uint8_t)(((((b) * (p)) & 255) * 3) >> 8)
+#define PL_TQ1T4(b, p) PL_TQ1T(b, p), PL_TQ1T((b) + 1, p), PL_TQ1T((b) + 2, p), PL_TQ1T((b) + 3, p)
+#define PL_TQ1T16(b, p) PL_TQ1T4(b, p), PL_TQ1T4((b) + 4, p), PL_TQ1T4((b) + 8, p), PL_TQ1T4((b) + 12, p)
+#define PL_TQ1T64(b, p) PL_TQ1T16(b, p), PL_TQ1T16((b) + 16, p), PL_TQ1T16((b) + 32, p), PL_TQ1T16((b) + 48, p)
+#define PL_TQ1T256(p) {PL_TQ1T64(0, p), PL_TQ1T64(64, p), PL_TQ1T64(128, p), PL_TQ1T64(192, p)}
+/* lut[k][b]: trit k (0 = most significant) of tq1_0 byte b */
+static const uint8_t pl_tq1_lut[5][256] __attribute__((aligned(64))) = {
+    PL_TQ1T256(1), PL_TQ1T256(3), PL_TQ1T256(9), PL_TQ1T256(27), PL_TQ1T256(81)};
+
+typedef struct pl_tq1_tabs {
+    __m512i t[5][4];
+} pl_tq1_tabs;
+
+PL_VBMI_AI void pl_tq1_tabs_load(pl_tq1_tabs *T) {
+    for (int k = 0; k < 5; k++)
+        for (int i = 0; i < 4; i++) T->t[k][i] = _mm512_load_si512(pl_tq1_lut[k] + 64 * i);
+}
+
+PL_VBMI_AI __m512i pl_tq1_trit(const pl_tq1_tabs *T, __m512i b, __mmask64 top, int k) {
+    const __m512i lo = _mm512_permutex2var_epi8(T->t[k][0], b, T->t[k][1]);
+    const __m512i hi = _mm512_permutex2var_epi8(T->t[k][2], b, T->t[k][3]);
+    return _mm512_mask_blend_epi8(top, lo, hi);
+}
+
+/* One panel, one activation row: 10 chains (trit k of even / odd vectors). */
+PL_VBMI_AI __m512 pl_tq1_gemv_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *y,
+                                    const pl_tq1_tabs *T) {
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * PL_TQ1X_BLOCK;
+        const int8_t *q = y[b].b.qs;
+        __m512i acc[10];
+        acc[0] = _mm512_set1_epi32(pl_neg_bsum(&y[b]));
+        PL_UNROLL
+        for (int i = 1; i < 10; i++) acc[i] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int u = 0; u < 13; u++) {
+            const __m512i bv = pl_ld512_t(xb + 64 * u);
+            const __mmask64 top = _mm512_movepi8_mask(bv);
+            PL_UNROLL
+            for (int k = 0; k < 5; k++) {
+                if (u == 12 && k == 4) break;   /* the last vector holds chunks 60..63 */
+                const int i = 5 * (u & 1) + k;
+                acc[i] = pl_dpt(acc[i], pl_tq1_trit(T, bv, top, k), q + 20 * u + 4 * k);
+            }
+        }
+        __m512i s = acc[0];
+        PL_UNROLL
+        for (int i = 1; i < 10; i++) s = _mm512_add_epi32(s, acc[i]);
+        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))),
+                                        _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, accf);
+    }
+    return accf;
+}
+
+/* One panel, R activation rows: two chains per row, the trits of a vector
+ * looked up once for all rows. */
+PL_VBMI_AI void pl_tq1_gemm_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *const *y,
+                                  float *d, int64_t ldd, __mmask16 mk, const pl_tq1_tabs *T, const int R) {
+    __m512 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * PL_TQ1X_BLOCK;
+        __m512i a[4][2];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            a[c][0] = _mm512_set1_epi32(pl_neg_bsum(&y[c][b]));
+            a[c][1] = _mm512_setzero_si512();
+        }
+        PL_UNROLL
+        for (int u = 0; u < 13; u++) {
+            const __m512i bv = pl_ld512_t(xb + 64 * u);
+            const __mmask64 top = _mm512_movepi8_mask(bv);
+            PL_UNROLL
+            for (int k = 0; k < 5; k++) {
+                if (u == 12 && k == 4) break;
+                const __m512i t = pl_tq1_trit(T, bv, top, k);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) a[c][k & 1] = pl_dpt(a[c][k & 1], t, y[c][b].b.qs + 20 * u + 4 * k);
+            }
+        }
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++)
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[c][0], a[c][1])),
+                                      _mm512_mul_ps(d0, _mm512_set1_ps(y[c][b].b.d)), accf[c]);
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+}
+
+PL_VBMI void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                     size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_tq1x_panel_bytes(K);
+    pl_tq1_tabs T;
+    pl_tq1_tabs_load(&T);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *scales = (const uint16_t *)(codes + nb * PL_TQ1X_BLOCK);
+        const __mmask16 mk = pl_panel_mask_t(p, N);
+        if (c1 - c0 == 1) {
+            const __m512 r = pl_tq1_gemv_panel(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as), &T);
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 4); break;
+                case 3: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 3); break;
+                case 2: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 2); break;
+                default: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 1); break;
+            }
+        }
+    }
+}
