@@ -28,10 +28,12 @@
  * are spread to bytes with a shuffle, a bit mask and a compare.
  */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_matmul_iq.h"
 #include "backends/cpu/cpu_simd_avx2.h"
+#include "core/cpu_features.h"
 #include "quant/blocks.h"
 #include "quant/ggml_tables.h"
 
@@ -555,4 +557,219 @@ void pl_cpu_mm_lad_iq4_nl_avx2(int64_t K, const void *w, size_t ws, int nr, cons
             default: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 4); break;
         }
     }
+}
+
+/* ---- AVX-512 tiles for the IQ2 / IQ1 rungs -------------------------------------------------------
+ * iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m on CPUs with AVX-512 BW / VL / VBMI / BITALG and BMI2
+ * (lad5_supported); compiled here with a target attribute, so they reuse the prep functions above.
+ *
+ * The AVX2 tiles spend most of their time decoding: 4 scalar grid loads, 4 sign-table loads and
+ * the inserts that assemble them, per 32 weights. Here a whole block (256 weights) is decoded at
+ * once, as 4 "pairs" of two 32-element groups (64 bytes each):
+ *   aw[h]  64 uint8  |code| of elements 64h .. 64h+63 (grid entries: 8 at a time by one gather),
+ *   km[h]  64-bit mask, bit e set = element 64h+e negative (for iq2_xxs / iq2_xs: the 7-bit sign
+ *          indices of the whole block expanded in one go, the 8th bit being their parity, which is
+ *          what llama.cpp's ksigns table holds; iq2_s stores the bits; iq1: the codes' own signs),
+ *   sc[h]  32 int16  the scale of each int16 pair lane (one per 16 elements),
+ * and every activation row of the tile (up to LAD5_NC) then costs, per pair, one masked negate of
+ * its q8 (the sign folded into the activation), maddubs, madd and an add. The weight block is
+ * decoded once per tile, so prefill tiles take LAD5_NC = 8 activation rows.
+ *
+ * Bit-identical to the AVX2 tiles: the int32 lanes of madd cover the same 4 elements (lane j of a
+ * group = elements 4j .. 4j+3), the two halves of a pair are added in integers (exact), so each
+ * block ends with the same 8 int32 sums, converted and accumulated exactly as the AVX2 tile does
+ * (acc += (dw * dy) * float(sums); the row result is pl_hsum8(acc)). */
+#define LAD5_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bitalg,bmi2,avx2,fma,f16c")))
+#define LAD5_AI static inline __attribute__((always_inline)) LAD5_TARGET
+#define LAD5_NC 8
+
+typedef struct lad5_blk {
+    __m512i aw[4], sc[4];
+    __mmask64 km[4];
+} lad5_blk;
+
+/* sc[h] from the 16 int16 scales S16 (one per 16 elements): pair h covers S16[4h .. 4h+3],
+ * each for 8 int16 lanes. */
+static const int16_t lad5_sc_idx[4][32] = {
+#define LAD5_R(h) {4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h,                 \
+                   4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, \
+                   4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, \
+                   4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3}
+    LAD5_R(0), LAD5_R(1), LAD5_R(2), LAD5_R(3)
+#undef LAD5_R
+};
+LAD5_AI void lad5_scales(__m256i S16, lad5_blk *o) {
+    const __m512i s = _mm512_castsi256_si512(S16);
+    for (int h = 0; h < 4; h++)
+        o->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)lad5_sc_idx[h]), s);
+}
+
+/* 32 bytes of 7-bit sign indices (run r at byte r) -> the 4 pair masks: the 8th sign of a run
+ * is the parity of the other 7 (an even number of negatives per run). */
+LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
+    s7 = _mm256_and_si256(s7, _mm256_set1_epi8(0x7F));
+    const __m256i par = _mm256_slli_epi16(_mm256_popcnt_epi8(s7), 7);
+    /* s7 | (par & 0x80): the shift moves bit 0 of each byte to bit 7 (and junk elsewhere) */
+    const __m256i sb = _mm256_ternarylogic_epi32(s7, par, _mm256_set1_epi8((char)0x80), 0xF8);
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, sb);
+    for (int h = 0; h < 4; h++) o->km[h] = _cvtu64_mask64(m[h]);
+}
+
+/* iq1 codes 8 * grid + delta (grid bytes -1 / 0 / 1; delta -1 where kneg, else +1) -> |code|
+ * and sign mask. (grid << 3) per byte: a 16-bit shift, then the bits carried in from the lower
+ * byte (its top 3, i.e. bits 0-2 of the upper byte) cleared. */
+LAD5_AI void lad5_iq1_codes(__m512i grid, __mmask64 kneg, int h, lad5_blk *o) {
+    const __m512i one = _mm512_set1_epi8(1);
+    const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(grid, 3), _mm512_set1_epi8((char)0xF8));
+    const __m512i w = _mm512_mask_sub_epi8(_mm512_add_epi8(g8, one), kneg, g8, one);
+    o->aw[h] = _mm512_abs_epi8(w);
+    o->km[h] = _mm512_movepi8_mask(w);
+}
+
+/* Grid entries of 8 indices (dwords) at once. */
+LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { return _mm512_i32gather_epi64(idx, (const void *)grid, 8); }
+
+LAD5_AI void lad5_dec_iq2_xxs(const block_iq2_xxs *b, const lad_b *st, lad5_blk *o) {
+    /* qs as 8 qwords, one per group: bytes 0-3 grid indices, then a u32 of 4 x 7 sign bits
+     * (bits 0-27) and the scale (28-31, in st->S16 from the prep) */
+    const uint8_t *qs = (const uint8_t *)b->qs;
+    const __m512i q = _mm512_loadu_si512((const void *)qs);
+    const __m512i sel = _mm512_set1_epi64(0x352E2720LL);   /* bytes 0-3: bits 32, 39, 46, 53 */
+    lad5_signs7(_mm512_cvtepi64_epi32(_mm512_multishift_epi64_epi8(sel, q)), o);
+    for (int h = 0; h < 4; h++) {
+        /* pair h: index bytes 16h + 0..3 and 16h + 8..11 */
+        const uint64_t ix = (uint64_t)lad_u32(qs + 16 * h) | ((uint64_t)lad_u32(qs + 16 * h + 8) << 32);
+        o->aw[h] = lad5_grid(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ix)), pl_iq2xxs_grid);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_dec_iq2_xs(const block_iq2_xs *b, const lad_b *st, lad5_blk *o) {
+    /* qs: 32 u16, 9-bit grid index | 7-bit sign index << 9, run r at qs[r] */
+    const __m512i q = _mm512_loadu_si512((const void *)b->qs);
+    lad5_signs7(_mm512_cvtepi16_epi8(_mm512_srli_epi16(q, 9)), o);
+    for (int h = 0; h < 4; h++) {
+        const __m256i idx = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 8 * h))),
+                                             _mm256_set1_epi32(511));
+        o->aw[h] = lad5_grid(idx, pl_iq2xs_grid);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_dec_iq2_s(const block_iq2_s *b, const lad_b *st, lad5_blk *o) {
+    /* pair h: index low bytes qs[8h + e], bits 8-9 = bits 2e.. of the u16 qh[2h], qh[2h + 1];
+     * the sign bits of the pair are the 8 bytes qs[32 + 8h ..] */
+    const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    for (int h = 0; h < 4; h++) {
+        const int v = b->qh[2 * h] | (b->qh[2 * h + 1] << 8);
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(v), sh), _mm256_set1_epi32(3));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
+        o->aw[h] = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq2s_grid);
+        uint64_t m;
+        memcpy(&m, b->qs + QK_K / 8 + 8 * h, 8);
+        o->km[h] = _cvtu64_mask64(m);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) {
+    /* pair h, run e: index qs[8h + e] | 3 bits of qh[2h + e / 4] at 3 (e % 4), delta sign bit 15 */
+    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
+    for (int h = 0; h < 4; h++) {
+        const uint32_t v = (uint32_t)b->qh[2 * h] | ((uint32_t)b->qh[2 * h + 1] << 16);
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
+        const __m512i grid = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq1s_grid);
+        const uint64_t kneg = ((v & 0x8000u) ? 0xFFFFFFFFull : 0) | ((v & 0x80000000u) ? 0xFFFFFFFF00000000ull : 0);
+        lad5_iq1_codes(grid, _cvtu64_mask64(kneg), h, o);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) {
+    /* pair h, run e: index qs[8h + e] | 3 bits of qh[4h + e / 2] at 4 (e % 2), i.e. bits 4e.. of
+     * the u32 v = qh[4h .. 4h+3]; the run's delta sign is bit 4e + 3 of v */
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    for (int h = 0; h < 4; h++) {
+        const uint32_t v = lad_u32(b->qh + 4 * h);
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
+        const __m512i grid = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq1s_grid);
+        const uint64_t kneg = _pdep_u64(_pext_u32(v, 0x88888888u), 0x0101010101010101ull) * 0xFF;
+        lad5_iq1_codes(grid, _cvtu64_mask64(kneg), h, o);
+    }
+    lad5_scales(st->S16, o);
+}
+
+/* The tile: one weight row, NC (<= LAD5_NC) activation rows. */
+#define LAD5_TILE_(name)                                                                                        \
+    LAD5_AI void lad5_tile_##name(int64_t nb, const block_##name *x, const char *a, size_t as, float *d,        \
+                                  size_t ds, const int NC) {                                                    \
+        __m256 acc[LAD5_NC];                                                                                    \
+        const block_q8_K *y[LAD5_NC];                                                                           \
+        PL_UNROLL                                                                                               \
+        for (int c = 0; c < NC; c++) {                                                                          \
+            acc[c] = _mm256_setzero_ps();                                                                       \
+            y[c] = (const block_q8_K *)(a + c * as);                                                            \
+        }                                                                                                       \
+        for (int64_t i = 0; i < nb; i++) {                                                                      \
+            lad_b st;                                                                                           \
+            lad_prep_##name(&x[i], &st);                                                                        \
+            lad5_blk o;                                                                                         \
+            lad5_dec_##name(&x[i], &st, &o);                                                                    \
+            PL_UNROLL                                                                                           \
+            for (int c = 0; c < NC; c++) {                                                                      \
+                __m512i s = _mm512_setzero_si512();                                                             \
+                PL_UNROLL                                                                                       \
+                for (int h = 0; h < 4; h++) {                                                                   \
+                    __m512i q8 = _mm512_loadu_si512((const void *)(y[c][i].qs + 64 * h));                       \
+                    q8 = _mm512_mask_sub_epi8(q8, o.km[h], _mm512_setzero_si512(), q8);                         \
+                    s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(o.aw[h], q8), o.sc[h]));     \
+                }                                                                                               \
+                const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)); \
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(st.dw * y[c][i].d), _mm256_cvtepi32_ps(s8), acc[c]);    \
+            }                                                                                                   \
+        }                                                                                                       \
+        PL_UNROLL                                                                                               \
+        for (int c = 0; c < NC; c++) d[c * ds] = pl_hsum8(acc[c]);                                              \
+    }                                                                                                           \
+    LAD5_TARGET void pl_cpu_mm_lad_##name##_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, \
+                                                   size_t as, int nc, float *d, size_t ds) {                    \
+        const int64_t nb = K / QK_K;                                                                            \
+        for (int r = 0; r < nr; r++) {                                                                          \
+            const block_##name *x = (const block_##name *)((const char *)w + r * ws);                           \
+            const char *ac = (const char *)a;                                                                   \
+            switch (nc) {                                                                                       \
+                case 1: lad5_tile_##name(nb, x, ac, as, d + r, ds, 1); break;                                   \
+                case 2: lad5_tile_##name(nb, x, ac, as, d + r, ds, 2); break;                                   \
+                case 3: lad5_tile_##name(nb, x, ac, as, d + r, ds, 3); break;                                   \
+                case 4: lad5_tile_##name(nb, x, ac, as, d + r, ds, 4); break;                                   \
+                case 5: lad5_tile_##name(nb, x, ac, as, d + r, ds, 5); break;                                   \
+                case 6: lad5_tile_##name(nb, x, ac, as, d + r, ds, 6); break;                                   \
+                case 7: lad5_tile_##name(nb, x, ac, as, d + r, ds, 7); break;                                   \
+                default: lad5_tile_##name(nb, x, ac, as, d + r, ds, 8); break;                                  \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+LAD5_TILE_(iq2_xxs)
+LAD5_TILE_(iq2_xs)
+LAD5_TILE_(iq2_s)
+LAD5_TILE_(iq1_s)
+LAD5_TILE_(iq1_m)
+
+bool pl_cpu_lad5_supported(void) {
+    static atomic_int ok = -1;   /* every thread computes the same value */
+    int v = atomic_load_explicit(&ok, memory_order_relaxed);
+    if (v < 0) {
+        /* pl_cpu_features_get says whether the OS saves the zmm state (and honours
+         * PL_CPU_FEATURES=none); the extensions it does not list come from cpuid */
+        const pl_cpu_features *f = pl_cpu_features_get();
+        __builtin_cpu_init();
+        v = pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
+            __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("bmi2");
+        atomic_store_explicit(&ok, v, memory_order_relaxed);
+    }
+    return v;
 }
