@@ -28,6 +28,7 @@
  * are spread to bytes with a shuffle, a bit mask and a compare.
  */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
@@ -598,8 +599,24 @@ static const int16_t lad5_sc_idx[4][32] = {
     LAD5_R(0), LAD5_R(1), LAD5_R(2), LAD5_R(3)
 #undef LAD5_R
 };
+/* The same from 8 int16 scales S8 (one per 32 elements): pair h = S8[2h], S8[2h + 1], 16 lanes each. */
+static const int16_t lad5_sc32_idx[4][32] = {
+#define LAD5_R(h) {2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h,       \
+                   2 * h, 2 * h, 2 * h, 2 * h, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, \
+                   2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1,     \
+                   2 * h + 1, 2 * h + 1}
+    LAD5_R(0), LAD5_R(1), LAD5_R(2), LAD5_R(3)
+#undef LAD5_R
+};
+LAD5_AI void lad5_scales32(__m128i S8, lad5_blk *o) {
+    const __m512i s = _mm512_castsi128_si512(S8);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++)
+        o->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)lad5_sc32_idx[h]), s);
+}
 LAD5_AI void lad5_scales(__m256i S16, lad5_blk *o) {
     const __m512i s = _mm512_castsi256_si512(S16);
+    PL_UNROLL
     for (int h = 0; h < 4; h++)
         o->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)lad5_sc_idx[h]), s);
 }
@@ -613,6 +630,7 @@ LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
     const __m256i sb = _mm256_ternarylogic_epi32(s7, par, _mm256_set1_epi8((char)0x80), 0xF8);
     uint64_t m[4];
     _mm256_storeu_si256((__m256i *)m, sb);
+    PL_UNROLL
     for (int h = 0; h < 4; h++) o->km[h] = _cvtu64_mask64(m[h]);
 }
 
@@ -628,32 +646,95 @@ LAD5_AI void lad5_iq1_codes(__m512i grid, __mmask64 kneg, int h, lad5_blk *o) {
 }
 
 /* Grid entries of 8 indices (dwords) at once. */
+#ifdef LAD5_EXPERIMENT_NOGATHER
+LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { (void)grid; return _mm512_broadcast_i64x4(idx); }
+#else
 LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { return _mm512_i32gather_epi64(idx, (const void *)grid, 8); }
+#endif
+
+/* iq2_xxs / iq2_xs grid entries without gathers. Every byte of those grids is 8, 25 or 43, so an
+ * entry is 8 2-bit codes (16 bits; lad5_codes_*, built once from the grids by lad5_init): the 32
+ * entries of a block are looked up at once with vpermi2w (64 entries a table pair) and blends on
+ * the index's higher bits, then each pair's 8 entries are spread to bytes (vpermw puts entry e in
+ * qword e, vpmultishiftqb takes its bits 2j.. into byte j, vpermb maps the low 2 bits to the
+ * value). */
+static uint16_t lad5_codes_xxs[256], lad5_codes_xs[512];
+static const uint8_t lad5_values[4] = {8, 25, 43, 0};
+
+static int lad5_code_of(uint64_t entry, uint16_t *code) {
+    uint16_t c = 0;
+    for (int j = 0; j < 8; j++) {
+        const uint8_t v = (uint8_t)(entry >> 8 * j);
+        int k = 0;
+        while (k < 3 && lad5_values[k] != v) k++;
+        if (k == 3) return 0;
+        c |= (uint16_t)(k << 2 * j);
+    }
+    *code = c;
+    return 1;
+}
+
+static int lad5_init_ok;
+static void lad5_init(void) {
+    int ok = 1;
+    for (int i = 0; i < 256; i++) ok &= lad5_code_of(pl_iq2xxs_grid[i], &lad5_codes_xxs[i]);
+    for (int i = 0; i < 512; i++) ok &= lad5_code_of(pl_iq2xs_grid[i], &lad5_codes_xs[i]);
+    lad5_init_ok = ok;
+}
+
+/* 64-entry lookup of the 32 word indices idx (bits 0-5 used) in table words t[0..63]. */
+LAD5_AI __m512i lad5_lut64(const uint16_t *t, __m512i idx) {
+    return _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx, _mm512_loadu_si512((const void *)(t + 32)));
+}
+LAD5_AI __m512i lad5_lut256(const uint16_t *t, __m512i idx) {
+    const __mmask32 k6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
+    const __mmask32 k7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
+    const __m512i r01 = _mm512_mask_blend_epi16(k6, lad5_lut64(t, idx), lad5_lut64(t + 64, idx));
+    const __m512i r23 = _mm512_mask_blend_epi16(k6, lad5_lut64(t + 128, idx), lad5_lut64(t + 192, idx));
+    return _mm512_mask_blend_epi16(k7, r01, r23);
+}
+
+/* 32 entry codes (run r at word r) -> aw[h] */
+LAD5_AI void lad5_expand(__m512i codes, lad5_blk *o) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0));
+    const __m512i bits = _mm512_set1_epi64(0x0E0C0A0806040200LL);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        /* word 4e + k <- word 8h + e */
+        const __m512i sel = _mm512_add_epi16(_mm512_setr_epi64(0, 0x0001000100010001LL, 0x0002000200020002LL,
+                                                               0x0003000300030003LL, 0x0004000400040004LL,
+                                                               0x0005000500050005LL, 0x0006000600060006LL,
+                                                               0x0007000700070007LL),
+                                             _mm512_set1_epi16((short)(8 * h)));
+        const __m512i e = _mm512_permutexvar_epi16(sel, codes);
+        o->aw[h] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(bits, e), lut);
+    }
+}
 
 LAD5_AI void lad5_dec_iq2_xxs(const block_iq2_xxs *b, const lad_b *st, lad5_blk *o) {
     /* qs as 8 qwords, one per group: bytes 0-3 grid indices, then a u32 of 4 x 7 sign bits
-     * (bits 0-27) and the scale (28-31, in st->S16 from the prep) */
-    const uint8_t *qs = (const uint8_t *)b->qs;
-    const __m512i q = _mm512_loadu_si512((const void *)qs);
+     * (bits 0-27) and the scale (28-31) */
+    const __m512i q = _mm512_loadu_si512((const void *)b->qs);
     const __m512i sel = _mm512_set1_epi64(0x352E2720LL);   /* bytes 0-3: bits 32, 39, 46, 53 */
     lad5_signs7(_mm512_cvtepi64_epi32(_mm512_multishift_epi64_epi8(sel, q)), o);
-    for (int h = 0; h < 4; h++) {
-        /* pair h: index bytes 16h + 0..3 and 16h + 8..11 */
-        const uint64_t ix = (uint64_t)lad_u32(qs + 16 * h) | ((uint64_t)lad_u32(qs + 16 * h + 8) << 32);
-        o->aw[h] = lad5_grid(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ix)), pl_iq2xxs_grid);
-    }
-    lad5_scales(st->S16, o);
+    /* scale of group g: the top nibble of qword g, as 2 s + 1 */
+    const __m128i s8 = _mm512_cvtepi64_epi16(_mm512_srli_epi64(q, 60));
+    lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
+    (void)st;
+    /* index of run r (byte 8 (r / 4) + r % 4) zero-extended into word r */
+    const __m512i pick = _mm512_setr_epi64(0x0003000200010000LL, 0x000B000A00090008LL, 0x0013001200110010LL,
+                                           0x001B001A00190018LL, 0x0023002200210020LL, 0x002B002A00290028LL,
+                                           0x0033003200310030LL, 0x003B003A00390038LL);
+    const __m512i idx = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, pick, q);
+    lad5_expand(lad5_lut256(lad5_codes_xxs, idx), o);
 }
 
 LAD5_AI void lad5_dec_iq2_xs(const block_iq2_xs *b, const lad_b *st, lad5_blk *o) {
     /* qs: 32 u16, 9-bit grid index | 7-bit sign index << 9, run r at qs[r] */
     const __m512i q = _mm512_loadu_si512((const void *)b->qs);
     lad5_signs7(_mm512_cvtepi16_epi8(_mm512_srli_epi16(q, 9)), o);
-    for (int h = 0; h < 4; h++) {
-        const __m256i idx = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 8 * h))),
-                                             _mm256_set1_epi32(511));
-        o->aw[h] = lad5_grid(idx, pl_iq2xs_grid);
-    }
+    const __mmask32 k8 = _mm512_test_epi16_mask(q, _mm512_set1_epi16(0x100));
+    lad5_expand(_mm512_mask_blend_epi16(k8, lad5_lut256(lad5_codes_xs, q), lad5_lut256(lad5_codes_xs + 256, q)), o);
     lad5_scales(st->S16, o);
 }
 
@@ -661,6 +742,7 @@ LAD5_AI void lad5_dec_iq2_s(const block_iq2_s *b, const lad_b *st, lad5_blk *o) 
     /* pair h: index low bytes qs[8h + e], bits 8-9 = bits 2e.. of the u16 qh[2h], qh[2h + 1];
      * the sign bits of the pair are the 8 bytes qs[32 + 8h ..] */
     const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    PL_UNROLL
     for (int h = 0; h < 4; h++) {
         const int v = b->qh[2 * h] | (b->qh[2 * h + 1] << 8);
         const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(v), sh), _mm256_set1_epi32(3));
@@ -676,6 +758,7 @@ LAD5_AI void lad5_dec_iq2_s(const block_iq2_s *b, const lad_b *st, lad5_blk *o) 
 LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) {
     /* pair h, run e: index qs[8h + e] | 3 bits of qh[2h + e / 4] at 3 (e % 4), delta sign bit 15 */
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
+    PL_UNROLL
     for (int h = 0; h < 4; h++) {
         const uint32_t v = (uint32_t)b->qh[2 * h] | ((uint32_t)b->qh[2 * h + 1] << 16);
         const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
@@ -684,13 +767,18 @@ LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) 
         const uint64_t kneg = ((v & 0x8000u) ? 0xFFFFFFFFull : 0) | ((v & 0x80000000u) ? 0xFFFFFFFF00000000ull : 0);
         lad5_iq1_codes(grid, _cvtu64_mask64(kneg), h, o);
     }
-    lad5_scales(st->S16, o);
+    /* scale of group g: bits 12-14 of qh[g], as 2 s + 1 */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m128i s8 = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
+    (void)st;
 }
 
 LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) {
     /* pair h, run e: index qs[8h + e] | 3 bits of qh[4h + e / 2] at 4 (e % 2), i.e. bits 4e.. of
      * the u32 v = qh[4h .. 4h+3]; the run's delta sign is bit 4e + 3 of v */
     const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    PL_UNROLL
     for (int h = 0; h < 4; h++) {
         const uint32_t v = lad_u32(b->qh + 4 * h);
         const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
@@ -701,6 +789,14 @@ LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) 
     }
     lad5_scales(st->S16, o);
 }
+
+/* Block-level fields: iq2_xxs and iq1_s take only dw here (their scales are decoded above, from
+ * the registers); the others use the AVX2 tiles' prep (dw and S16). */
+LAD5_AI void lad5_prep_iq2_xxs(const block_iq2_xxs *b, lad_b *st) { st->dw = lad_h2f(b->d) * 0.125f; }
+LAD5_AI void lad5_prep_iq1_s(const block_iq1_s *b, lad_b *st) { st->dw = lad_h2f(b->d) * 0.125f; }
+#define lad5_prep_iq2_xs lad_prep_iq2_xs
+#define lad5_prep_iq2_s lad_prep_iq2_s
+#define lad5_prep_iq1_m lad_prep_iq1_m
 
 /* The tile: one weight row, NC (<= LAD5_NC) activation rows. */
 #define LAD5_TILE_(name)                                                                                        \
@@ -715,14 +811,14 @@ LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) 
         }                                                                                                       \
         for (int64_t i = 0; i < nb; i++) {                                                                      \
             lad_b st;                                                                                           \
-            lad_prep_##name(&x[i], &st);                                                                        \
+            lad5_prep_##name(&x[i], &st);                                                                       \
             lad5_blk o;                                                                                         \
             lad5_dec_##name(&x[i], &st, &o);                                                                    \
             PL_UNROLL                                                                                           \
             for (int c = 0; c < NC; c++) {                                                                      \
                 __m512i s = _mm512_setzero_si512();                                                             \
                 PL_UNROLL                                                                                       \
-                for (int h = 0; h < 4; h++) {                                                                   \
+                for (int h = 0; h < 4; h++) {                                                                 \
                     __m512i q8 = _mm512_loadu_si512((const void *)(y[c][i].qs + 64 * h));                       \
                     q8 = _mm512_mask_sub_epi8(q8, o.km[h], _mm512_setzero_si512(), q8);                         \
                     s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(o.aw[h], q8), o.sc[h]));     \
@@ -767,7 +863,9 @@ bool pl_cpu_lad5_supported(void) {
          * PL_CPU_FEATURES=none); the extensions it does not list come from cpuid */
         const pl_cpu_features *f = pl_cpu_features_get();
         __builtin_cpu_init();
-        v = pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, lad5_init);
+        v = lad5_init_ok && pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
             __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("bmi2");
         atomic_store_explicit(&ok, v, memory_order_relaxed);
     }
