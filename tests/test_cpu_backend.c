@@ -527,14 +527,14 @@ static void test_legacy_kernels(void) {
     }
 }
 
-/* The IQ2 / IQ1 tiles the ladder picks (AVX-512 where the CPU has it: up to
+/* The IQ2 / IQ1 (and q5_K) tiles the ladder picks (AVX-512 where the CPU has it: up to
  * 8 activation rows a tile) against the AVX2 tiles (bit for bit: the same
  * integer sums per block, the same float reduction) and against the exact dot
  * of the decoded weights and decoded q8_K activations (relative to sum |w a|).
  * Random blocks (every code, sign and scale pattern), odd block counts, every
  * tile width 1..8, rows with a stride longer than the row. NaN always fails. */
 static void test_ladder_iq_tiles(void) {
-    static const pl_dtype types[] = {PL_IQ2_XXS, PL_IQ2_XS, PL_IQ2_S, PL_IQ1_S, PL_IQ1_M};
+    static const pl_dtype types[] = {PL_IQ2_XXS, PL_IQ2_XS, PL_IQ2_S, PL_IQ1_S, PL_IQ1_M, PL_Q5_K};
     static const int64_t Ks[] = {256, 768, 1280};
     pl_rng r = {4242};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {

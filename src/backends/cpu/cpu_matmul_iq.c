@@ -393,7 +393,7 @@ const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder_portable(pl_dtype wtype) {
 #define LAD_ENTRY_512_(T, name) {T, PL_Q8_K, pl_cpu_quantize_q8_K_avx2, pl_cpu_mm_lad_##name##_avx512, 1, 8},
 static const pl_cpu_mm_type lad_types_avx512[] = {
     LAD_ENTRY_512_(PL_IQ2_XXS, iq2_xxs) LAD_ENTRY_512_(PL_IQ2_XS, iq2_xs) LAD_ENTRY_512_(PL_IQ2_S, iq2_s)
-    LAD_ENTRY_512_(PL_IQ1_S, iq1_s) LAD_ENTRY_512_(PL_IQ1_M, iq1_m)
+    LAD_ENTRY_512_(PL_IQ1_S, iq1_s) LAD_ENTRY_512_(PL_IQ1_M, iq1_m) LAD_ENTRY_512_(PL_Q5_K, q5_K)
 };
 #undef LAD_ENTRY_512_
 #endif

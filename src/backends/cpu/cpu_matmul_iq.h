@@ -41,10 +41,10 @@ PL_LADDER_MM_TYPES(PL_LADDER_DECL_)
 PL_LADDER_MM_TYPES(PL_LADDER_DECL_AVX2_)
 #undef PL_LADDER_DECL_AVX2_
 
-/* AVX-512 tiles (BW / VL / VBMI / BITALG + BMI2) for the IQ2 / IQ1 rungs, up to 8 activation rows
+/* AVX-512 tiles (BW / VL / VBMI / BITALG + BMI2) for the IQ2 / IQ1 rungs and q5_K (their output matrix), up to 8 activation rows
  * a tile, bit-identical to the AVX2 ones (see cpu_matmul_iq_avx2.c). pl_cpu_mm_type_get_ladder
  * picks them where pl_cpu_lad5_supported() and the switch PL_CPU_IQ512 is not "0". */
-#define PL_LADDER_MM_TYPES_512(X) X(iq2_xxs) X(iq2_xs) X(iq2_s) X(iq1_s) X(iq1_m)
+#define PL_LADDER_MM_TYPES_512(X) X(iq2_xxs) X(iq2_xs) X(iq2_s) X(iq1_s) X(iq1_m) X(q5_K)
 #define PL_LADDER_DECL_512_(name)                                                                                    \
     void pl_cpu_mm_lad_##name##_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, \
                                        float *d, size_t ds);

@@ -790,6 +790,26 @@ LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) 
     lad5_scales(st->S16, o);
 }
 
+/* q5_K (the output matrix of the IQ files): pair h = the 32 bytes qs[32h ..], low nibbles (group
+ * 2h) in the low half, high nibbles (group 2h+1) in the high half; bit 4 is bit g of qh[l], brought
+ * there by a 32-bit rotate (bit g of every byte lands on bit 4 of the same byte). Codes unsigned,
+ * the mins come out of the bsums as in the AVX2 tile. */
+LAD5_AI void lad5_dec_q5_K(const block_q5_K *b, const lad_b *st, lad5_blk *o) {
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+    const __m512i nsh = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
+                                          0x0004000400040004LL, 0x0004000400040004LL);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * h)));
+        const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(v, nsh), _mm512_set1_epi8(0x0F));
+        const int r0 = (4 - 2 * h) & 31, r1 = (3 - 2 * h) & 31;
+        const __m512i rot = _mm512_setr_epi32(r0, r0, r0, r0, r0, r0, r0, r0, r1, r1, r1, r1, r1, r1, r1, r1);
+        o->aw[h] = _mm512_ternarylogic_epi32(nib, _mm512_rolv_epi32(qh, rot), _mm512_set1_epi8(0x10), 0xF8);
+        o->km[h] = 0;
+    }
+    lad5_scales(st->S16, o);
+}
+
 /* Block-level fields: iq2_xxs and iq1_s take only dw here (their scales are decoded above, from
  * the registers); the others use the AVX2 tiles' prep (dw and S16). */
 LAD5_AI void lad5_prep_iq2_xxs(const block_iq2_xxs *b, lad_b *st) { st->dw = lad_h2f(b->d) * 0.125f; }
@@ -797,6 +817,7 @@ LAD5_AI void lad5_prep_iq1_s(const block_iq1_s *b, lad_b *st) { st->dw = lad_h2f
 #define lad5_prep_iq2_xs lad_prep_iq2_xs
 #define lad5_prep_iq2_s lad_prep_iq2_s
 #define lad5_prep_iq1_m lad_prep_iq1_m
+#define lad5_prep_q5_K lad_prep_q5_K
 
 /* The tile: one weight row, NC (<= LAD5_NC) activation rows. */
 #define LAD5_TILE_(name)                                                                                        \
@@ -816,11 +837,16 @@ LAD5_AI void lad5_prep_iq1_s(const block_iq1_s *b, lad_b *st) { st->dw = lad_h2f
             lad5_dec_##name(&x[i], &st, &o);                                                                    \
             PL_UNROLL                                                                                           \
             for (int c = 0; c < NC; c++) {                                                                      \
+                if (LAD_HAS_MIN_##name) {                                                                       \
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)y[c][i].bsums);                      \
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-st.dm * y[c][i].d),                                \
+                                             _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, st.mins)), acc[c]);       \
+                }                                                                                               \
                 __m512i s = _mm512_setzero_si512();                                                             \
                 PL_UNROLL                                                                                       \
                 for (int h = 0; h < 4; h++) {                                                                 \
                     __m512i q8 = _mm512_loadu_si512((const void *)(y[c][i].qs + 64 * h));                       \
-                    q8 = _mm512_mask_sub_epi8(q8, o.km[h], _mm512_setzero_si512(), q8);                         \
+                    if (!LAD_UNSIGNED_##name) q8 = _mm512_mask_sub_epi8(q8, o.km[h], _mm512_setzero_si512(), q8); \
                     s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(o.aw[h], q8), o.sc[h]));     \
                 }                                                                                               \
                 const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)); \
@@ -854,6 +880,7 @@ LAD5_TILE_(iq2_xs)
 LAD5_TILE_(iq2_s)
 LAD5_TILE_(iq1_s)
 LAD5_TILE_(iq1_m)
+LAD5_TILE_(q5_K)
 
 bool pl_cpu_lad5_supported(void) {
     static atomic_int ok = -1;   /* every thread computes the same value */
