@@ -634,23 +634,9 @@ LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
     for (int h = 0; h < 4; h++) o->km[h] = _cvtu64_mask64(m[h]);
 }
 
-/* iq1 codes 8 * grid + delta (grid bytes -1 / 0 / 1; delta -1 where kneg, else +1) -> |code|
- * and sign mask. (grid << 3) per byte: a 16-bit shift, then the bits carried in from the lower
- * byte (its top 3, i.e. bits 0-2 of the upper byte) cleared. */
-LAD5_AI void lad5_iq1_codes(__m512i grid, __mmask64 kneg, int h, lad5_blk *o) {
-    const __m512i one = _mm512_set1_epi8(1);
-    const __m512i g8 = _mm512_and_si512(_mm512_slli_epi16(grid, 3), _mm512_set1_epi8((char)0xF8));
-    const __m512i w = _mm512_mask_sub_epi8(_mm512_add_epi8(g8, one), kneg, g8, one);
-    o->aw[h] = _mm512_abs_epi8(w);
-    o->km[h] = _mm512_movepi8_mask(w);
-}
-
 /* Grid entries of 8 indices (dwords) at once. */
-#ifdef LAD5_EXPERIMENT_NOGATHER
-LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { (void)grid; return _mm512_broadcast_i64x4(idx); }
-#else
+
 LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { return _mm512_i32gather_epi64(idx, (const void *)grid, 8); }
-#endif
 
 /* iq2_xxs / iq2_xs grid entries without gathers. Every byte of those grids is 8, 25 or 43, so an
  * entry is 8 2-bit codes (16 bits; lad5_codes_*, built once from the grids by lad5_init): the 32
@@ -674,9 +660,21 @@ static int lad5_code_of(uint64_t entry, uint16_t *code) {
     return 1;
 }
 
+/* iq1 codes 8 * grid + delta, ready to use: entry i | delta_negative << 11 of the 2048-entry
+ * grid (32 KiB), so a gather gives the signed codes and two instructions |code| and the signs. */
+static uint64_t lad5_iq1_w[4096];
+
 static int lad5_init_ok;
 static void lad5_init(void) {
     int ok = 1;
+    for (int i = 0; i < 4096; i++) {
+        uint64_t e = 0;
+        for (int j = 0; j < 8; j++) {
+            const int g = (int8_t)(pl_iq1s_grid[i & 2047] >> 8 * j);
+            e |= (uint64_t)(uint8_t)(int8_t)(8 * g + (i & 2048 ? -1 : 1)) << 8 * j;
+        }
+        lad5_iq1_w[i] = e;
+    }
     for (int i = 0; i < 256; i++) ok &= lad5_code_of(pl_iq2xxs_grid[i], &lad5_codes_xxs[i]);
     for (int i = 0; i < 512; i++) ok &= lad5_code_of(pl_iq2xs_grid[i], &lad5_codes_xs[i]);
     lad5_init_ok = ok;
@@ -755,17 +753,25 @@ LAD5_AI void lad5_dec_iq2_s(const block_iq2_s *b, const lad_b *st, lad5_blk *o) 
     lad5_scales(st->S16, o);
 }
 
+LAD5_AI void lad5_iq1_set(__m256i idx, int h, lad5_blk *o) {
+    const __m512i w = lad5_grid(idx, lad5_iq1_w);
+    o->aw[h] = _mm512_abs_epi8(w);
+    o->km[h] = _mm512_movepi8_mask(w);
+}
+
 LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) {
-    /* pair h, run e: index qs[8h + e] | 3 bits of qh[2h + e / 4] at 3 (e % 4), delta sign bit 15 */
+    /* pair h, run e: index qs[8h + e] | 3 bits of qh[2h + e / 4] at 3 (e % 4) << 8 | the group's
+     * delta sign (bit 15) << 11; v = qh[2h] | qh[2h + 1] << 16 */
     const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
+    const __m256i dsh = _mm256_setr_epi32(12, 12, 12, 12, 28, 28, 28, 28);   /* delta to bit 3 */
     PL_UNROLL
     for (int h = 0; h < 4; h++) {
-        const uint32_t v = (uint32_t)b->qh[2 * h] | ((uint32_t)b->qh[2 * h + 1] << 16);
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
+        const __m256i v = _mm256_set1_epi32((int)lad_u32(b->qh + 2 * h));
+        /* bits 0-2 from the index shift, bit 3 (and junk above) from the delta shift */
+        const __m256i hi = _mm256_ternarylogic_epi32(_mm256_srlv_epi32(v, sh), _mm256_srlv_epi32(v, dsh),
+                                                     _mm256_set1_epi32(7), 0xE4);
         const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
-        const __m512i grid = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq1s_grid);
-        const uint64_t kneg = ((v & 0x8000u) ? 0xFFFFFFFFull : 0) | ((v & 0x80000000u) ? 0xFFFFFFFF00000000ull : 0);
-        lad5_iq1_codes(grid, _cvtu64_mask64(kneg), h, o);
+        lad5_iq1_set(_mm256_ternarylogic_epi32(lo, _mm256_slli_epi32(hi, 8), _mm256_set1_epi32(0xFFF), 0xA8), h, o);
     }
     /* scale of group g: bits 12-14 of qh[g], as 2 s + 1 */
     const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
@@ -776,16 +782,14 @@ LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) 
 
 LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) {
     /* pair h, run e: index qs[8h + e] | 3 bits of qh[4h + e / 2] at 4 (e % 2), i.e. bits 4e.. of
-     * the u32 v = qh[4h .. 4h+3]; the run's delta sign is bit 4e + 3 of v */
+     * the u32 v = qh[4h .. 4h+3], and the run's delta sign right above them (bit 4e + 3) */
     const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     PL_UNROLL
     for (int h = 0; h < 4; h++) {
-        const uint32_t v = lad_u32(b->qh + 4 * h);
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), sh), _mm256_set1_epi32(7));
+        const __m256i v = _mm256_set1_epi32((int)lad_u32(b->qh + 4 * h));
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32(15));
         const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
-        const __m512i grid = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq1s_grid);
-        const uint64_t kneg = _pdep_u64(_pext_u32(v, 0x88888888u), 0x0101010101010101ull) * 0xFF;
-        lad5_iq1_codes(grid, _cvtu64_mask64(kneg), h, o);
+        lad5_iq1_set(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), h, o);
     }
     lad5_scales(st->S16, o);
 }
