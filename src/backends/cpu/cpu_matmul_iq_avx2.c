@@ -631,7 +631,7 @@ LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
     uint64_t m[4];
     _mm256_storeu_si256((__m256i *)m, sb);
     PL_UNROLL
-    for (int h = 0; h < 4; h++) o->km[h] = _cvtu64_mask64(m[h]);
+    for (int h = 0; h < 4; h++) o->km[h] = _load_mask64((__mmask64 *)&m[h]);   /* kmovq from memory: no port-5 moves */
 }
 
 /* Grid entries of 8 indices (dwords) at once. */
