@@ -561,13 +561,15 @@ void pl_cpu_mm_lad_iq4_nl_avx2(int64_t K, const void *w, size_t ws, int nr, cons
 }
 
 /* ---- AVX-512 tiles for the IQ2 / IQ1 rungs -------------------------------------------------------
- * iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m on CPUs with AVX-512 BW / VL / VBMI / BITALG and BMI2
- * (lad5_supported); compiled here with a target attribute, so they reuse the prep functions above.
+ * iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m (and q5_K, the output matrix of those files) on CPUs with
+ * AVX-512 BW / VL / VBMI / BITALG and BMI2 (pl_cpu_lad5_supported); compiled here with a target
+ * attribute, so they reuse the prep functions above.
  *
  * The AVX2 tiles spend most of their time decoding: 4 scalar grid loads, 4 sign-table loads and
  * the inserts that assemble them, per 32 weights. Here a whole block (256 weights) is decoded at
  * once, as 4 "pairs" of two 32-element groups (64 bytes each):
- *   aw[h]  64 uint8  |code| of elements 64h .. 64h+63 (grid entries: 8 at a time by one gather),
+ *   aw[h]  64 uint8  |code| of elements 64h .. 64h+63 (grid entries: 8 at a time by one gather;
+ *          iq1: from a table of the signed codes 8 grid + delta, see lad5_iq1_w),
  *   km[h]  64-bit mask, bit e set = element 64h+e negative (for iq2_xxs / iq2_xs: the 7-bit sign
  *          indices of the whole block expanded in one go, the 8th bit being their parity, which is
  *          what llama.cpp's ksigns table holds; iq2_s stores the bits; iq1: the codes' own signs),
@@ -634,39 +636,16 @@ LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
     for (int h = 0; h < 4; h++) o->km[h] = _load_mask64((__mmask64 *)&m[h]);   /* kmovq from memory: no port-5 moves */
 }
 
-/* Grid entries of 8 indices (dwords) at once. */
-
+/* Grid entries of 8 indices (dwords) at once. (Tried instead for iq2_xxs / iq2_xs: the entries
+ * as 2-bit codes looked up 32 at a time with vpermi2w, then spread to bytes with vpermw,
+ * vpmultishiftqb and vpermb: slower, those all compete for port 5 with the rest of the decode.) */
 LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { return _mm512_i32gather_epi64(idx, (const void *)grid, 8); }
-
-/* iq2_xxs / iq2_xs grid entries without gathers. Every byte of those grids is 8, 25 or 43, so an
- * entry is 8 2-bit codes (16 bits; lad5_codes_*, built once from the grids by lad5_init): the 32
- * entries of a block are looked up at once with vpermi2w (64 entries a table pair) and blends on
- * the index's higher bits, then each pair's 8 entries are spread to bytes (vpermw puts entry e in
- * qword e, vpmultishiftqb takes its bits 2j.. into byte j, vpermb maps the low 2 bits to the
- * value). */
-static uint16_t lad5_codes_xxs[256], lad5_codes_xs[512];
-static const uint8_t lad5_values[4] = {8, 25, 43, 0};
-
-static int lad5_code_of(uint64_t entry, uint16_t *code) {
-    uint16_t c = 0;
-    for (int j = 0; j < 8; j++) {
-        const uint8_t v = (uint8_t)(entry >> 8 * j);
-        int k = 0;
-        while (k < 3 && lad5_values[k] != v) k++;
-        if (k == 3) return 0;
-        c |= (uint16_t)(k << 2 * j);
-    }
-    *code = c;
-    return 1;
-}
 
 /* iq1 codes 8 * grid + delta, ready to use: entry i | delta_negative << 11 of the 2048-entry
  * grid (32 KiB), so a gather gives the signed codes and two instructions |code| and the signs. */
 static uint64_t lad5_iq1_w[4096];
 
-static int lad5_init_ok;
 static void lad5_init(void) {
-    int ok = 1;
     for (int i = 0; i < 4096; i++) {
         uint64_t e = 0;
         for (int j = 0; j < 8; j++) {
@@ -674,38 +653,6 @@ static void lad5_init(void) {
             e |= (uint64_t)(uint8_t)(int8_t)(8 * g + (i & 2048 ? -1 : 1)) << 8 * j;
         }
         lad5_iq1_w[i] = e;
-    }
-    for (int i = 0; i < 256; i++) ok &= lad5_code_of(pl_iq2xxs_grid[i], &lad5_codes_xxs[i]);
-    for (int i = 0; i < 512; i++) ok &= lad5_code_of(pl_iq2xs_grid[i], &lad5_codes_xs[i]);
-    lad5_init_ok = ok;
-}
-
-/* 64-entry lookup of the 32 word indices idx (bits 0-5 used) in table words t[0..63]. */
-LAD5_AI __m512i lad5_lut64(const uint16_t *t, __m512i idx) {
-    return _mm512_permutex2var_epi16(_mm512_loadu_si512((const void *)t), idx, _mm512_loadu_si512((const void *)(t + 32)));
-}
-LAD5_AI __m512i lad5_lut256(const uint16_t *t, __m512i idx) {
-    const __mmask32 k6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x40));
-    const __mmask32 k7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(0x80));
-    const __m512i r01 = _mm512_mask_blend_epi16(k6, lad5_lut64(t, idx), lad5_lut64(t + 64, idx));
-    const __m512i r23 = _mm512_mask_blend_epi16(k6, lad5_lut64(t + 128, idx), lad5_lut64(t + 192, idx));
-    return _mm512_mask_blend_epi16(k7, r01, r23);
-}
-
-/* 32 entry codes (run r at word r) -> aw[h] */
-LAD5_AI void lad5_expand(__m512i codes, lad5_blk *o) {
-    const __m512i lut = _mm512_broadcast_i32x4(_mm_setr_epi8(8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0, 8, 25, 43, 0));
-    const __m512i bits = _mm512_set1_epi64(0x0E0C0A0806040200LL);
-    PL_UNROLL
-    for (int h = 0; h < 4; h++) {
-        /* word 4e + k <- word 8h + e */
-        const __m512i sel = _mm512_add_epi16(_mm512_setr_epi64(0, 0x0001000100010001LL, 0x0002000200020002LL,
-                                                               0x0003000300030003LL, 0x0004000400040004LL,
-                                                               0x0005000500050005LL, 0x0006000600060006LL,
-                                                               0x0007000700070007LL),
-                                             _mm512_set1_epi16((short)(8 * h)));
-        const __m512i e = _mm512_permutexvar_epi16(sel, codes);
-        o->aw[h] = _mm512_permutexvar_epi8(_mm512_multishift_epi64_epi8(bits, e), lut);
     }
 }
 
@@ -719,20 +666,25 @@ LAD5_AI void lad5_dec_iq2_xxs(const block_iq2_xxs *b, const lad_b *st, lad5_blk 
     const __m128i s8 = _mm512_cvtepi64_epi16(_mm512_srli_epi64(q, 60));
     lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
     (void)st;
-    /* index of run r (byte 8 (r / 4) + r % 4) zero-extended into word r */
-    const __m512i pick = _mm512_setr_epi64(0x0003000200010000LL, 0x000B000A00090008LL, 0x0013001200110010LL,
-                                           0x001B001A00190018LL, 0x0023002200210020LL, 0x002B002A00290028LL,
-                                           0x0033003200310030LL, 0x003B003A00390038LL);
-    const __m512i idx = _mm512_maskz_permutexvar_epi8(0x5555555555555555ull, pick, q);
-    lad5_expand(lad5_lut256(lad5_codes_xxs, idx), o);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        /* pair h: index bytes 16h + 0..3 and 16h + 8..11 */
+        const uint8_t *qs = (const uint8_t *)b->qs + 16 * h;
+        const uint64_t ix = (uint64_t)lad_u32(qs) | ((uint64_t)lad_u32(qs + 8) << 32);
+        o->aw[h] = lad5_grid(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ix)), pl_iq2xxs_grid);
+    }
 }
 
 LAD5_AI void lad5_dec_iq2_xs(const block_iq2_xs *b, const lad_b *st, lad5_blk *o) {
     /* qs: 32 u16, 9-bit grid index | 7-bit sign index << 9, run r at qs[r] */
     const __m512i q = _mm512_loadu_si512((const void *)b->qs);
     lad5_signs7(_mm512_cvtepi16_epi8(_mm512_srli_epi16(q, 9)), o);
-    const __mmask32 k8 = _mm512_test_epi16_mask(q, _mm512_set1_epi16(0x100));
-    lad5_expand(_mm512_mask_blend_epi16(k8, lad5_lut256(lad5_codes_xs, q), lad5_lut256(lad5_codes_xs + 256, q)), o);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const __m256i idx = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 8 * h))),
+                                             _mm256_set1_epi32(511));
+        o->aw[h] = lad5_grid(idx, pl_iq2xs_grid);
+    }
     lad5_scales(st->S16, o);
 }
 
@@ -759,37 +711,52 @@ LAD5_AI void lad5_iq1_set(__m256i idx, int h, lad5_blk *o) {
     o->km[h] = _mm512_movepi8_mask(w);
 }
 
+/* The 8 indices of pair h from a zmm of 16 (pairs 2k, 2k+1: lanes 0-7, 8-15). */
+LAD5_AI __m256i lad5_half(__m512i v, int hi) {
+    return hi ? _mm512_extracti64x4_epi64(v, 1) : _mm512_castsi512_si256(v);
+}
+
 LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) {
-    /* pair h, run e: index qs[8h + e] | 3 bits of qh[2h + e / 4] at 3 (e % 4) << 8 | the group's
-     * delta sign (bit 15) << 11; v = qh[2h] | qh[2h + 1] << 16 */
-    const __m256i sh = _mm256_setr_epi32(0, 3, 6, 9, 16, 19, 22, 25);
-    const __m256i dsh = _mm256_setr_epi32(12, 12, 12, 12, 28, 28, 28, 28);   /* delta to bit 3 */
+    /* run r (of 32): index qs[r] | 3 bits of qh[r / 4] at 3 (r % 4) << 8 | the group's delta sign
+     * (bit 15 of qh[r / 4]) << 11; 16 runs (two pairs) per zmm of dwords */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    const __m512i rep = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     PL_UNROLL
-    for (int h = 0; h < 4; h++) {
-        const __m256i v = _mm256_set1_epi32((int)lad_u32(b->qh + 2 * h));
-        /* bits 0-2 from the index shift, bit 3 (and junk above) from the delta shift */
-        const __m256i hi = _mm256_ternarylogic_epi32(_mm256_srlv_epi32(v, sh), _mm256_srlv_epi32(v, dsh),
-                                                     _mm256_set1_epi32(7), 0xE4);
-        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
-        lad5_iq1_set(_mm256_ternarylogic_epi32(lo, _mm256_slli_epi32(hi, 8), _mm256_set1_epi32(0xFFF), 0xA8), h, o);
+    for (int k = 0; k < 2; k++) {
+        /* dword r = qh[4k + r / 4] (words 2r <- 4k + r / 4, odd words zero) */
+        const __m512i v = _mm512_maskz_permutexvar_epi16(0x55555555u, _mm512_add_epi32(rep, _mm512_set1_epi32(4 * k)),
+                                                         _mm512_castsi128_si512(qh));
+        /* bits 0-2 from the index shift, bit 3 the delta sign (bit 15 >> 12), junk above */
+        const __m512i h3 = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(v, sh), _mm512_srli_epi32(v, 12),
+                                                     _mm512_set1_epi32(7), 0xE4);
+        const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k)));
+        const __m512i idx = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h3, 8), _mm512_set1_epi32(0xFFF), 0xA8);
+        lad5_iq1_set(lad5_half(idx, 0), 2 * k, o);
+        lad5_iq1_set(lad5_half(idx, 1), 2 * k + 1, o);
     }
     /* scale of group g: bits 12-14 of qh[g], as 2 s + 1 */
-    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
     const __m128i s8 = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
     lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
     (void)st;
 }
 
 LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) {
-    /* pair h, run e: index qs[8h + e] | 3 bits of qh[4h + e / 2] at 4 (e % 2), i.e. bits 4e.. of
-     * the u32 v = qh[4h .. 4h+3], and the run's delta sign right above them (bit 4e + 3) */
-    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    /* run r (of 32): index qs[r] | nibble r of qh (byte r / 2, low nibble for even r) << 8: its
+     * bits 0-2 are index bits 8-10, bit 3 the run's delta sign; 16 runs per zmm of dwords */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
     PL_UNROLL
-    for (int h = 0; h < 4; h++) {
-        const __m256i v = _mm256_set1_epi32((int)lad_u32(b->qh + 4 * h));
-        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(v, sh), _mm256_set1_epi32(15));
-        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
-        lad5_iq1_set(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), h, o);
+    for (int k = 0; k < 2; k++) {
+        /* dword r = qh byte 8k + r / 2 */
+        const __m128i dup = _mm_shuffle_epi8(qh, _mm_setr_epi8(8 * k, 8 * k, 8 * k + 1, 8 * k + 1, 8 * k + 2, 8 * k + 2,
+                                                               8 * k + 3, 8 * k + 3, 8 * k + 4, 8 * k + 4, 8 * k + 5,
+                                                               8 * k + 5, 8 * k + 6, 8 * k + 6, 8 * k + 7, 8 * k + 7));
+        const __m512i nib = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(dup), sh);
+        const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k)));
+        const __m512i idx = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(nib, 8), _mm512_set1_epi32(0xFFF), 0xA8);
+        lad5_iq1_set(lad5_half(idx, 0), 2 * k, o);
+        lad5_iq1_set(lad5_half(idx, 1), 2 * k + 1, o);
     }
     lad5_scales(st->S16, o);
 }
@@ -896,7 +863,7 @@ bool pl_cpu_lad5_supported(void) {
         __builtin_cpu_init();
         static pthread_once_t once = PTHREAD_ONCE_INIT;
         pthread_once(&once, lad5_init);
-        v = lad5_init_ok && pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
+        v = pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
             __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("bmi2");
         atomic_store_explicit(&ok, v, memory_order_relaxed);
     }
