@@ -585,6 +585,9 @@ void pl_cpu_mm_lad_iq4_nl_avx2(int64_t K, const void *w, size_t ws, int nr, cons
 #define LAD5_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bitalg,bmi2,avx2,fma,f16c")))
 #define LAD5_AI static inline __attribute__((always_inline)) LAD5_TARGET
 #define LAD5_NC 8
+#ifndef LAD5_PREFETCH
+#define LAD5_PREFETCH 32
+#endif
 
 typedef struct lad5_blk {
     __m512i aw[4], sc[4];
@@ -802,6 +805,10 @@ LAD5_AI void lad5_prep_iq1_s(const block_iq1_s *b, lad_b *st) { st->dw = lad_h2f
             y[c] = (const block_q8_K *)(a + c * as);                                                            \
         }                                                                                                       \
         for (int64_t i = 0; i < nb; i++) {                                                                      \
+            /* decode streams the weights from memory: keep LAD5_PREFETCH blocks in flight ahead    \
+             * (rows are contiguous in a weight matrix; past its end a prefetch is harmless) */     \
+            for (size_t l = 0; l < sizeof x[i]; l += 64)                                                        \
+                _mm_prefetch((const char *)&x[i + LAD5_PREFETCH] + l, _MM_HINT_T0);                             \
             lad_b st;                                                                                           \
             lad5_prep_##name(&x[i], &st);                                                                       \
             lad5_blk o;                                                                                         \
