@@ -25,6 +25,7 @@
 #include "testutil.h"
 #include "ophelpers.h"
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_matmul_iq.h"
 #include "backends/cpu/cpu_matmul_legacy.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
@@ -535,10 +536,79 @@ static void test_legacy_kernels(void) {
     }
 }
 
+/* The IQ2 / IQ1 (and q5_K) tiles the ladder picks (AVX-512 where the CPU has it: up to
+ * 8 activation rows a tile) against the AVX2 tiles (bit for bit: the same
+ * integer sums per block, the same float reduction) and against the exact dot
+ * of the decoded weights and decoded q8_K activations (relative to sum |w a|).
+ * Random blocks (every code, sign and scale pattern), odd block counts, every
+ * tile width 1..8, rows with a stride longer than the row. NaN always fails. */
+static void test_ladder_iq_tiles(void) {
+    static const pl_dtype types[] = {PL_IQ2_XXS, PL_IQ2_XS, PL_IQ2_S, PL_IQ1_S, PL_IQ1_M, PL_Q5_K};
+    static const int64_t Ks[] = {256, 768, 1280};
+    pl_rng r = {4242};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const pl_dtype t = types[ti];
+        const pl_cpu_mm_type *impl = pl_cpu_mm_type_get_ladder(t), *avx2 = pl_cpu_mm_type_get_ladder_avx2(t);
+        CHECK(impl != NULL, "%s: no ladder kernel", pl_dtype_name(t));
+        if (!impl) continue;
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++) {
+            const int64_t K = Ks[ki], nb = K / QK_K;
+            enum { NR = 3, NC = 8 };
+            const size_t ws = pl_dtype_row_size(t, K) + 6, as = pl_cpu_mm_act_row_size(impl, K);
+            unsigned char *w = malloc(ws * NR), *a = malloc(as * NC);
+            float *x = malloc((size_t)K * sizeof(float)), *wd = malloc((size_t)K * NR * sizeof(float));
+            float *ad = malloc((size_t)K * NC * sizeof(float));
+            for (int i = 0; i < NR; i++) {
+                for (int64_t b = 0; b < nb; b++) pl_random_block(&r, t, w + i * ws + b * pl_dtype_get(t)->type_size);
+                pl_dequantize_row(t, w + i * ws, wd + i * K, K);
+            }
+            for (int c = 0; c < NC; c++) {
+                pl_fill_normal(&r, x, K, 1.0f);
+                impl->from_float(x, a + c * as, K);
+                pl_dequantize_row_q8_K(a + c * as, ad + c * K, K);
+            }
+            for (int nc = 1; nc <= NC; nc++) {
+                float got[NC][NR], ref2[NC][NR];
+                /* a tile takes at most max_nc activation rows (8 for the AVX-512 tiles, 4 for the
+                 * AVX2 ones, which PL_CPU_IQ512=0 selects): run it in pieces */
+                for (int c0 = 0; c0 < nc; c0 += impl->max_nc) {
+                    const int cn = nc - c0 < impl->max_nc ? nc - c0 : impl->max_nc;
+                    for (int i = 0; i < NR; i++) impl->kernel(K, w + i * ws, ws, 1, a + c0 * as, as, cn, &got[c0][i], NR);
+                }
+                double worst = 0;
+                for (int c = 0; c < nc; c++)
+                    for (int i = 0; i < NR; i++) {
+                        double dot = 0, mag = 0;
+                        for (int64_t k = 0; k < K; k++) {
+                            dot += (double)wd[i * K + k] * ad[c * K + k];
+                            mag += fabs((double)wd[i * K + k] * ad[c * K + k]);
+                        }
+                        const double e = fabs(got[c][i] - dot) / (mag + 1e-30);
+                        if (!(e <= worst)) worst = e;   /* NaN sticks */
+                    }
+                CHECK(worst <= 2e-6, "%s K=%lld nc=%d: relative error %.3e", pl_dtype_name(t), (long long)K, nc, worst);
+                if (avx2 && avx2 != impl) {
+                    /* the AVX2 tile takes at most 4 rows: run it in pieces */
+                    for (int c0 = 0; c0 < nc; c0 += avx2->max_nc) {
+                        const int cn = nc - c0 < avx2->max_nc ? nc - c0 : avx2->max_nc;
+                        avx2->kernel(K, w, ws, NR, a + c0 * as, as, cn, &ref2[c0][0], NR);
+                    }
+                    CHECK(memcmp(got, ref2, sizeof(float) * NR * (size_t)nc) == 0,
+                          "%s K=%lld nc=%d: differs from the AVX2 tile", pl_dtype_name(t), (long long)K, nc);
+                }
+            }
+            free(w); free(a); free(x); free(wd); free(ad);
+        }
+        printf("  %s: ladder tile (max %d activation rows)%s\n", pl_dtype_name(t), impl->max_nc,
+               avx2 && avx2 != impl ? " == the AVX2 tile bit for bit" : "");
+    }
+}
+
 int main(void) {
     printf("cpu: %s; prepared kernels %s\n", pl_cpu_features_get()->description,
            pl_cpu_has_vnni512() ? "on" : "off (this cpu lacks AVX-512 VNNI)");
     test_legacy_kernels();
+    test_ladder_iq_tiles();
     test_prepared_matmul(PL_Q4_K, 512, 64);
     test_prepared_matmul(PL_Q4_K, 1024, 136);
     test_prepared_matmul(PL_Q6_K, 768, 48);

@@ -20,6 +20,7 @@
  *     from bsums), and needs no second accumulator;
  *   - tq1_0 / tq2_0 use w = t - 1 directly (llama.cpp subtracts bsums).
  */
+#include <stdatomic.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_matmul_iq.h"
@@ -387,9 +388,37 @@ const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder_portable(pl_dtype wtype) {
     return lad_find(lad_types_portable, sizeof lad_types_portable / sizeof lad_types_portable[0], wtype);
 }
 
-const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder(pl_dtype wtype) {
+#if PL_CPU_HAVE_AVX2_BUILD
+/* 8 activation rows a tile: the block is decoded once for all of them. */
+#define LAD_ENTRY_512_(T, name) {T, PL_Q8_K, pl_cpu_quantize_q8_K_avx2, pl_cpu_mm_lad_##name##_avx512, 1, 8},
+static const pl_cpu_mm_type lad_types_avx512[] = {
+    LAD_ENTRY_512_(PL_IQ2_XXS, iq2_xxs) LAD_ENTRY_512_(PL_IQ2_XS, iq2_xs) LAD_ENTRY_512_(PL_IQ2_S, iq2_s)
+    LAD_ENTRY_512_(PL_IQ1_S, iq1_s) LAD_ENTRY_512_(PL_IQ1_M, iq1_m) LAD_ENTRY_512_(PL_Q5_K, q5_K)
+};
+#undef LAD_ENTRY_512_
+#endif
+
+const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder_avx2(pl_dtype wtype) {
 #if PL_CPU_HAVE_AVX2_BUILD
     if (pl_cpu_has_avx2()) return lad_find(lad_types_avx2, sizeof lad_types_avx2 / sizeof lad_types_avx2[0], wtype);
+#endif
+    (void)wtype;
+    return NULL;
+}
+
+const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder(pl_dtype wtype) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    static atomic_int on = -1;   /* PL_CPU_IQ512=0: the AVX2 tiles (before/after runs) */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
+        v = pl_cpu_lad5_supported() && pl_cpu_switch("PL_CPU_IQ512");
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    if (v) {
+        const pl_cpu_mm_type *t = lad_find(lad_types_avx512, sizeof lad_types_avx512 / sizeof lad_types_avx512[0], wtype);
+        if (t) return t;
+    }
+    if (pl_cpu_has_avx2()) return pl_cpu_mm_type_get_ladder_avx2(wtype);
 #endif
     return pl_cpu_mm_type_get_ladder_portable(wtype);
 }

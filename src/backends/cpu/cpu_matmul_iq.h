@@ -40,6 +40,20 @@ PL_LADDER_MM_TYPES(PL_LADDER_DECL_)
                                      float *d, size_t ds);
 PL_LADDER_MM_TYPES(PL_LADDER_DECL_AVX2_)
 #undef PL_LADDER_DECL_AVX2_
+
+/* AVX-512 tiles (BW / VL / VBMI / BITALG + BMI2) for the IQ2 / IQ1 rungs and q5_K (their output matrix), up to 8 activation rows
+ * a tile, bit-identical to the AVX2 ones (see cpu_matmul_iq_avx2.c). pl_cpu_mm_type_get_ladder
+ * picks them where pl_cpu_lad5_supported() and the switch PL_CPU_IQ512 is not "0". */
+#define PL_LADDER_MM_TYPES_512(X) X(iq2_xxs) X(iq2_xs) X(iq2_s) X(iq1_s) X(iq1_m) X(q5_K)
+#define PL_LADDER_DECL_512_(name)                                                                                    \
+    void pl_cpu_mm_lad_##name##_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, size_t as, int nc, \
+                                       float *d, size_t ds);
+PL_LADDER_MM_TYPES_512(PL_LADDER_DECL_512_)
+#undef PL_LADDER_DECL_512_
+bool pl_cpu_lad5_supported(void);
 #endif
+/* The AVX2 implementation even where AVX-512 tiles would be picked (NULL without AVX2; tests
+ * compare the two bit for bit). */
+const pl_cpu_mm_type *pl_cpu_mm_type_get_ladder_avx2(pl_dtype wtype);
 
 #endif

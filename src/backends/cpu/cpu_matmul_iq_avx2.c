@@ -28,10 +28,13 @@
  * are spread to bytes with a shuffle, a bit mask and a compare.
  */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_matmul_iq.h"
 #include "backends/cpu/cpu_simd_avx2.h"
+#include "core/cpu_features.h"
 #include "quant/blocks.h"
 #include "quant/ggml_tables.h"
 
@@ -555,4 +558,321 @@ void pl_cpu_mm_lad_iq4_nl_avx2(int64_t K, const void *w, size_t ws, int nr, cons
             default: lad_tile_iq4_nl(nb, x, (const char *)a, as, d + r, ds, 4); break;
         }
     }
+}
+
+/* ---- AVX-512 tiles for the IQ2 / IQ1 rungs -------------------------------------------------------
+ * iq2_xxs, iq2_xs, iq2_s, iq1_s, iq1_m (and q5_K, the output matrix of those files) on CPUs with
+ * AVX-512 BW / VL / VBMI / BITALG and BMI2 (pl_cpu_lad5_supported); compiled here with a target
+ * attribute, so they reuse the prep functions above.
+ *
+ * The AVX2 tiles spend most of their time decoding: 4 scalar grid loads, 4 sign-table loads and
+ * the inserts that assemble them, per 32 weights. Here a whole block (256 weights) is decoded at
+ * once, as 4 "pairs" of two 32-element groups (64 bytes each):
+ *   aw[h]  64 uint8  |code| of elements 64h .. 64h+63 (grid entries: 8 at a time by one gather;
+ *          iq1: from a table of the signed codes 8 grid + delta, see lad5_iq1_w),
+ *   km[h]  64-bit mask, bit e set = element 64h+e negative (for iq2_xxs / iq2_xs: the 7-bit sign
+ *          indices of the whole block expanded in one go, the 8th bit being their parity, which is
+ *          what llama.cpp's ksigns table holds; iq2_s stores the bits; iq1: the codes' own signs),
+ *   sc[h]  32 int16  the scale of each int16 pair lane (one per 16 elements),
+ * and every activation row of the tile (up to LAD5_NC) then costs, per pair, one masked negate of
+ * its q8 (the sign folded into the activation), maddubs, madd and an add. The weight block is
+ * decoded once per tile, so prefill tiles take LAD5_NC = 8 activation rows.
+ *
+ * Bit-identical to the AVX2 tiles: the int32 lanes of madd cover the same 4 elements (lane j of a
+ * group = elements 4j .. 4j+3), the two halves of a pair are added in integers (exact), so each
+ * block ends with the same 8 int32 sums, converted and accumulated exactly as the AVX2 tile does
+ * (acc += (dw * dy) * float(sums); the row result is pl_hsum8(acc)). */
+#define LAD5_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx512bitalg,bmi2,avx2,fma,f16c")))
+#define LAD5_AI static inline __attribute__((always_inline)) LAD5_TARGET
+#define LAD5_NC 8
+#ifndef LAD5_PREFETCH
+#define LAD5_PREFETCH 32
+#endif
+
+typedef struct lad5_blk {
+    __m512i aw[4], sc[4];
+    __mmask64 km[4];
+} lad5_blk;
+
+/* sc[h] from the 16 int16 scales S16 (one per 16 elements): pair h covers S16[4h .. 4h+3],
+ * each for 8 int16 lanes. */
+static const int16_t lad5_sc_idx[4][32] = {
+#define LAD5_R(h) {4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h, 4 * h,                 \
+                   4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, 4 * h + 1, \
+                   4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, 4 * h + 2, \
+                   4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3, 4 * h + 3}
+    LAD5_R(0), LAD5_R(1), LAD5_R(2), LAD5_R(3)
+#undef LAD5_R
+};
+/* The same from 8 int16 scales S8 (one per 32 elements): pair h = S8[2h], S8[2h + 1], 16 lanes each. */
+static const int16_t lad5_sc32_idx[4][32] = {
+#define LAD5_R(h) {2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h, 2 * h,       \
+                   2 * h, 2 * h, 2 * h, 2 * h, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, \
+                   2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1, 2 * h + 1,     \
+                   2 * h + 1, 2 * h + 1}
+    LAD5_R(0), LAD5_R(1), LAD5_R(2), LAD5_R(3)
+#undef LAD5_R
+};
+LAD5_AI void lad5_scales32(__m128i S8, lad5_blk *o) {
+    const __m512i s = _mm512_castsi128_si512(S8);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++)
+        o->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)lad5_sc32_idx[h]), s);
+}
+LAD5_AI void lad5_scales(__m256i S16, lad5_blk *o) {
+    const __m512i s = _mm512_castsi256_si512(S16);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++)
+        o->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)lad5_sc_idx[h]), s);
+}
+
+/* 32 bytes of 7-bit sign indices (run r at byte r) -> the 4 pair masks: the 8th sign of a run
+ * is the parity of the other 7 (an even number of negatives per run). */
+LAD5_AI void lad5_signs7(__m256i s7, lad5_blk *o) {
+    s7 = _mm256_and_si256(s7, _mm256_set1_epi8(0x7F));
+    const __m256i par = _mm256_slli_epi16(_mm256_popcnt_epi8(s7), 7);
+    /* s7 | (par & 0x80): the shift moves bit 0 of each byte to bit 7 (and junk elsewhere) */
+    const __m256i sb = _mm256_ternarylogic_epi32(s7, par, _mm256_set1_epi8((char)0x80), 0xF8);
+    uint64_t m[4];
+    _mm256_storeu_si256((__m256i *)m, sb);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) o->km[h] = _load_mask64((__mmask64 *)&m[h]);   /* kmovq from memory: no port-5 moves */
+}
+
+/* Grid entries of 8 indices (dwords) at once. (Tried instead for iq2_xxs / iq2_xs: the entries
+ * as 2-bit codes looked up 32 at a time with vpermi2w, then spread to bytes with vpermw,
+ * vpmultishiftqb and vpermb: slower, those all compete for port 5 with the rest of the decode.) */
+LAD5_AI __m512i lad5_grid(__m256i idx, const uint64_t *grid) { return _mm512_i32gather_epi64(idx, (const void *)grid, 8); }
+
+/* iq1 codes 8 * grid + delta, ready to use: entry i | delta_negative << 11 of the 2048-entry
+ * grid (32 KiB), so a gather gives the signed codes and two instructions |code| and the signs. */
+static uint64_t lad5_iq1_w[4096];
+
+static void lad5_init(void) {
+    for (int i = 0; i < 4096; i++) {
+        uint64_t e = 0;
+        for (int j = 0; j < 8; j++) {
+            const int g = (int8_t)(pl_iq1s_grid[i & 2047] >> 8 * j);
+            e |= (uint64_t)(uint8_t)(int8_t)(8 * g + (i & 2048 ? -1 : 1)) << 8 * j;
+        }
+        lad5_iq1_w[i] = e;
+    }
+}
+
+LAD5_AI void lad5_dec_iq2_xxs(const block_iq2_xxs *b, const lad_b *st, lad5_blk *o) {
+    /* qs as 8 qwords, one per group: bytes 0-3 grid indices, then a u32 of 4 x 7 sign bits
+     * (bits 0-27) and the scale (28-31) */
+    const __m512i q = _mm512_loadu_si512((const void *)b->qs);
+    const __m512i sel = _mm512_set1_epi64(0x352E2720LL);   /* bytes 0-3: bits 32, 39, 46, 53 */
+    lad5_signs7(_mm512_cvtepi64_epi32(_mm512_multishift_epi64_epi8(sel, q)), o);
+    /* scale of group g: the top nibble of qword g, as 2 s + 1 */
+    const __m128i s8 = _mm512_cvtepi64_epi16(_mm512_srli_epi64(q, 60));
+    lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
+    (void)st;
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        /* pair h: index bytes 16h + 0..3 and 16h + 8..11 */
+        const uint8_t *qs = (const uint8_t *)b->qs + 16 * h;
+        const uint64_t ix = (uint64_t)lad_u32(qs) | ((uint64_t)lad_u32(qs + 8) << 32);
+        o->aw[h] = lad5_grid(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)ix)), pl_iq2xxs_grid);
+    }
+}
+
+LAD5_AI void lad5_dec_iq2_xs(const block_iq2_xs *b, const lad_b *st, lad5_blk *o) {
+    /* qs: 32 u16, 9-bit grid index | 7-bit sign index << 9, run r at qs[r] */
+    const __m512i q = _mm512_loadu_si512((const void *)b->qs);
+    lad5_signs7(_mm512_cvtepi16_epi8(_mm512_srli_epi16(q, 9)), o);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const __m256i idx = _mm256_and_si256(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 8 * h))),
+                                             _mm256_set1_epi32(511));
+        o->aw[h] = lad5_grid(idx, pl_iq2xs_grid);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_dec_iq2_s(const block_iq2_s *b, const lad_b *st, lad5_blk *o) {
+    /* pair h: index low bytes qs[8h + e], bits 8-9 = bits 2e.. of the u16 qh[2h], qh[2h + 1];
+     * the sign bits of the pair are the 8 bytes qs[32 + 8h ..] */
+    const __m256i sh = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const int v = b->qh[2 * h] | (b->qh[2 * h + 1] << 8);
+        const __m256i hi = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(v), sh), _mm256_set1_epi32(3));
+        const __m256i lo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(b->qs + 8 * h)));
+        o->aw[h] = lad5_grid(_mm256_or_si256(lo, _mm256_slli_epi32(hi, 8)), pl_iq2s_grid);
+        uint64_t m;
+        memcpy(&m, b->qs + QK_K / 8 + 8 * h, 8);
+        o->km[h] = _cvtu64_mask64(m);
+    }
+    lad5_scales(st->S16, o);
+}
+
+LAD5_AI void lad5_iq1_set(__m256i idx, int h, lad5_blk *o) {
+    const __m512i w = lad5_grid(idx, lad5_iq1_w);
+    o->aw[h] = _mm512_abs_epi8(w);
+    o->km[h] = _mm512_movepi8_mask(w);
+}
+
+/* The 8 indices of pair h from a zmm of 16 (pairs 2k, 2k+1: lanes 0-7, 8-15). */
+LAD5_AI __m256i lad5_half(__m512i v, int hi) {
+    return hi ? _mm512_extracti64x4_epi64(v, 1) : _mm512_castsi512_si256(v);
+}
+
+LAD5_AI void lad5_dec_iq1_s(const block_iq1_s *b, const lad_b *st, lad5_blk *o) {
+    /* run r (of 32): index qs[r] | 3 bits of qh[r / 4] at 3 (r % 4) << 8 | the group's delta sign
+     * (bit 15 of qh[r / 4]) << 11; 16 runs (two pairs) per zmm of dwords */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m512i sh = _mm512_setr_epi32(0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9, 0, 3, 6, 9);
+    const __m512i rep = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    PL_UNROLL
+    for (int k = 0; k < 2; k++) {
+        /* dword r = qh[4k + r / 4] (words 2r <- 4k + r / 4, odd words zero) */
+        const __m512i v = _mm512_maskz_permutexvar_epi16(0x55555555u, _mm512_add_epi32(rep, _mm512_set1_epi32(4 * k)),
+                                                         _mm512_castsi128_si512(qh));
+        /* bits 0-2 from the index shift, bit 3 the delta sign (bit 15 >> 12), junk above */
+        const __m512i h3 = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(v, sh), _mm512_srli_epi32(v, 12),
+                                                     _mm512_set1_epi32(7), 0xE4);
+        const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k)));
+        const __m512i idx = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(h3, 8), _mm512_set1_epi32(0xFFF), 0xA8);
+        lad5_iq1_set(lad5_half(idx, 0), 2 * k, o);
+        lad5_iq1_set(lad5_half(idx, 1), 2 * k + 1, o);
+    }
+    /* scale of group g: bits 12-14 of qh[g], as 2 s + 1 */
+    const __m128i s8 = _mm_and_si128(_mm_srli_epi16(qh, 12), _mm_set1_epi16(7));
+    lad5_scales32(_mm_add_epi16(_mm_slli_epi16(s8, 1), _mm_set1_epi16(1)), o);
+    (void)st;
+}
+
+LAD5_AI void lad5_dec_iq1_m(const block_iq1_m *b, const lad_b *st, lad5_blk *o) {
+    /* run r (of 32): index qs[r] | nibble r of qh (byte r / 2, low nibble for even r) << 8: its
+     * bits 0-2 are index bits 8-10, bit 3 the run's delta sign; 16 runs per zmm of dwords */
+    const __m128i qh = _mm_loadu_si128((const __m128i *)b->qh);
+    const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    PL_UNROLL
+    for (int k = 0; k < 2; k++) {
+        /* dword r = qh byte 8k + r / 2 */
+        const __m128i dup = _mm_shuffle_epi8(qh, _mm_setr_epi8(8 * k, 8 * k, 8 * k + 1, 8 * k + 1, 8 * k + 2, 8 * k + 2,
+                                                               8 * k + 3, 8 * k + 3, 8 * k + 4, 8 * k + 4, 8 * k + 5,
+                                                               8 * k + 5, 8 * k + 6, 8 * k + 6, 8 * k + 7, 8 * k + 7));
+        const __m512i nib = _mm512_srlv_epi32(_mm512_cvtepu8_epi32(dup), sh);
+        const __m512i lo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b->qs + 16 * k)));
+        const __m512i idx = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi32(nib, 8), _mm512_set1_epi32(0xFFF), 0xA8);
+        lad5_iq1_set(lad5_half(idx, 0), 2 * k, o);
+        lad5_iq1_set(lad5_half(idx, 1), 2 * k + 1, o);
+    }
+    lad5_scales(st->S16, o);
+}
+
+/* q5_K (the output matrix of the IQ files): pair h = the 32 bytes qs[32h ..], low nibbles (group
+ * 2h) in the low half, high nibbles (group 2h+1) in the high half; bit 4 is bit g of qh[l], brought
+ * there by a 32-bit rotate (bit g of every byte lands on bit 4 of the same byte). Codes unsigned,
+ * the mins come out of the bsums as in the AVX2 tile. */
+LAD5_AI void lad5_dec_q5_K(const block_q5_K *b, const lad_b *st, lad5_blk *o) {
+    const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qh));
+    const __m512i nsh = _mm512_setr_epi64(0, 0, 0, 0, 0x0004000400040004LL, 0x0004000400040004LL,
+                                          0x0004000400040004LL, 0x0004000400040004LL);
+    PL_UNROLL
+    for (int h = 0; h < 4; h++) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * h)));
+        const __m512i nib = _mm512_and_si512(_mm512_srlv_epi16(v, nsh), _mm512_set1_epi8(0x0F));
+        const int r0 = (4 - 2 * h) & 31, r1 = (3 - 2 * h) & 31;
+        const __m512i rot = _mm512_setr_epi32(r0, r0, r0, r0, r0, r0, r0, r0, r1, r1, r1, r1, r1, r1, r1, r1);
+        o->aw[h] = _mm512_ternarylogic_epi32(nib, _mm512_rolv_epi32(qh, rot), _mm512_set1_epi8(0x10), 0xF8);
+        o->km[h] = 0;
+    }
+    lad5_scales(st->S16, o);
+}
+
+/* Block-level fields: iq2_xxs and iq1_s take only dw here (their scales are decoded above, from
+ * the registers); the others use the AVX2 tiles' prep (dw and S16). */
+LAD5_AI void lad5_prep_iq2_xxs(const block_iq2_xxs *b, lad_b *st) { st->dw = lad_h2f(b->d) * 0.125f; }
+LAD5_AI void lad5_prep_iq1_s(const block_iq1_s *b, lad_b *st) { st->dw = lad_h2f(b->d) * 0.125f; }
+#define lad5_prep_iq2_xs lad_prep_iq2_xs
+#define lad5_prep_iq2_s lad_prep_iq2_s
+#define lad5_prep_iq1_m lad_prep_iq1_m
+#define lad5_prep_q5_K lad_prep_q5_K
+
+/* The tile: one weight row, NC (<= LAD5_NC) activation rows. */
+#define LAD5_TILE_(name)                                                                                        \
+    LAD5_AI void lad5_tile_##name(int64_t nb, const block_##name *x, const char *a, size_t as, float *d,        \
+                                  size_t ds, const int NC) {                                                    \
+        __m256 acc[LAD5_NC];                                                                                    \
+        const block_q8_K *y[LAD5_NC];                                                                           \
+        PL_UNROLL                                                                                               \
+        for (int c = 0; c < NC; c++) {                                                                          \
+            acc[c] = _mm256_setzero_ps();                                                                       \
+            y[c] = (const block_q8_K *)(a + c * as);                                                            \
+        }                                                                                                       \
+        for (int64_t i = 0; i < nb; i++) {                                                                      \
+            /* decode streams the weights from memory: keep LAD5_PREFETCH blocks in flight ahead    \
+             * (rows are contiguous in a weight matrix; past its end a prefetch is harmless) */     \
+            for (size_t l = 0; l < sizeof x[i]; l += 64)                                                        \
+                _mm_prefetch((const char *)&x[i + LAD5_PREFETCH] + l, _MM_HINT_T0);                             \
+            lad_b st;                                                                                           \
+            lad5_prep_##name(&x[i], &st);                                                                       \
+            lad5_blk o;                                                                                         \
+            lad5_dec_##name(&x[i], &st, &o);                                                                    \
+            PL_UNROLL                                                                                           \
+            for (int c = 0; c < NC; c++) {                                                                      \
+                if (LAD_HAS_MIN_##name) {                                                                       \
+                    const __m256i bs = _mm256_loadu_si256((const __m256i *)y[c][i].bsums);                      \
+                    acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(-st.dm * y[c][i].d),                                \
+                                             _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, st.mins)), acc[c]);       \
+                }                                                                                               \
+                __m512i s = _mm512_setzero_si512();                                                             \
+                PL_UNROLL                                                                                       \
+                for (int h = 0; h < 4; h++) {                                                                 \
+                    __m512i q8 = _mm512_loadu_si512((const void *)(y[c][i].qs + 64 * h));                       \
+                    if (!LAD_UNSIGNED_##name) q8 = _mm512_mask_sub_epi8(q8, o.km[h], _mm512_setzero_si512(), q8); \
+                    s = _mm512_add_epi32(s, _mm512_madd_epi16(_mm512_maddubs_epi16(o.aw[h], q8), o.sc[h]));     \
+                }                                                                                               \
+                const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(s), _mm512_extracti64x4_epi64(s, 1)); \
+                acc[c] = _mm256_fmadd_ps(_mm256_set1_ps(st.dw * y[c][i].d), _mm256_cvtepi32_ps(s8), acc[c]);    \
+            }                                                                                                   \
+        }                                                                                                       \
+        PL_UNROLL                                                                                               \
+        for (int c = 0; c < NC; c++) d[c * ds] = pl_hsum8(acc[c]);                                              \
+    }                                                                                                           \
+    LAD5_TARGET void pl_cpu_mm_lad_##name##_avx512(int64_t K, const void *w, size_t ws, int nr, const void *a, \
+                                                   size_t as, int nc, float *d, size_t ds) {                    \
+        const int64_t nb = K / QK_K;                                                                            \
+        for (int r = 0; r < nr; r++) {                                                                          \
+            const block_##name *x = (const block_##name *)((const char *)w + r * ws);                           \
+            const char *ac = (const char *)a;                                                                   \
+            switch (nc) {                                                                                       \
+                case 1: lad5_tile_##name(nb, x, ac, as, d + r, ds, 1); break;                                   \
+                case 2: lad5_tile_##name(nb, x, ac, as, d + r, ds, 2); break;                                   \
+                case 3: lad5_tile_##name(nb, x, ac, as, d + r, ds, 3); break;                                   \
+                case 4: lad5_tile_##name(nb, x, ac, as, d + r, ds, 4); break;                                   \
+                case 5: lad5_tile_##name(nb, x, ac, as, d + r, ds, 5); break;                                   \
+                case 6: lad5_tile_##name(nb, x, ac, as, d + r, ds, 6); break;                                   \
+                case 7: lad5_tile_##name(nb, x, ac, as, d + r, ds, 7); break;                                   \
+                default: lad5_tile_##name(nb, x, ac, as, d + r, ds, 8); break;                                  \
+            }                                                                                                   \
+        }                                                                                                       \
+    }
+
+LAD5_TILE_(iq2_xxs)
+LAD5_TILE_(iq2_xs)
+LAD5_TILE_(iq2_s)
+LAD5_TILE_(iq1_s)
+LAD5_TILE_(iq1_m)
+LAD5_TILE_(q5_K)
+
+bool pl_cpu_lad5_supported(void) {
+    static atomic_int ok = -1;   /* every thread computes the same value */
+    int v = atomic_load_explicit(&ok, memory_order_relaxed);
+    if (v < 0) {
+        /* pl_cpu_features_get says whether the OS saves the zmm state (and honours
+         * PL_CPU_FEATURES=none); the extensions it does not list come from cpuid */
+        const pl_cpu_features *f = pl_cpu_features_get();
+        __builtin_cpu_init();
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, lad5_init);
+        v = pl_cpu_has_avx2() && f->avx512f && f->avx512bw && f->avx512vl && __builtin_cpu_supports("avx512vbmi") &&
+            __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("bmi2");
+        atomic_store_explicit(&ok, v, memory_order_relaxed);
+    }
+    return v;
 }
