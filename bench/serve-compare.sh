@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# pocketllm serve and llama-server side by side under load (issue 17, item 2).
+#
+#   LLAMA_CPP_DIR=/path/to/llama.cpp bench/serve-compare.sh MODEL.gguf
+#
+# Starts both servers on the same model with the same slots, context per
+# slot and threads, then, one engine after the other with the order
+# alternating per step:
+#   1. bench/serve-load.py at K = CLIENTS concurrent clients replaying
+#      multi-turn chats (greedy, streamed): aggregate tok/s, TTFT p50/p95,
+#      ITL p50/p95, and our / llama-server ratios;
+#   2. one 8-turn conversation (max 64 new tokens per turn), TTFT per turn:
+#      ours with the prompt cache, ours without it (cache_prompt: false) and
+#      llama-server with cache_prompt on (its default).
+# Both servers stay loaded for the whole run (memory: two copies of the model);
+# an idle server uses no CPU.
+#
+# Environment: PARALLEL (8: slots of both), CTX (2048: context per slot),
+# THREADS (all cores), CLIENTS (1,2,4,8), TURNS (4), MAX_TOKENS (32), CONVS (2),
+# POCKETLLM, PORT0 (18480: ours; llama-server gets PORT0 + 1).
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+: "${LLAMA_CPP_DIR:?set LLAMA_CPP_DIR to a built llama.cpp}"
+[ $# -eq 1 ] || { echo "usage: LLAMA_CPP_DIR=... $0 MODEL.gguf" >&2; exit 1; }
+model="$1"
+server=""
+for c in "$LLAMA_CPP_DIR/build/bin/llama-server" "$LLAMA_CPP_DIR/bin/llama-server" "$LLAMA_CPP_DIR/llama-server"; do
+  if [ -x "$c" ]; then server="$c"; break; fi
+done
+[ -n "$server" ] || { echo "no llama-server under $LLAMA_CPP_DIR" >&2; exit 1; }
+# shellcheck source=bench/find-pocketllm.sh
+. "$root/bench/find-pocketllm.sh"
+
+PARALLEL="${PARALLEL:-8}"
+CTX="${CTX:-2048}"
+THREADS="${THREADS:-$(nproc)}"
+CLIENTS="${CLIENTS:-1,2,4,8}"
+TURNS="${TURNS:-4}"
+MAX_TOKENS="${MAX_TOKENS:-32}"
+CONVS="${CONVS:-2}"
+PORT0="${PORT0:-18480}"
+ours_url="http://127.0.0.1:$PORT0"
+llama_url="http://127.0.0.1:$((PORT0 + 1))"
+work="$(mktemp -d)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+"$pocketllm" serve --model "$model" --port "$PORT0" --parallel "$PARALLEL" --ctx "$CTX" --threads "$THREADS" \
+  --max-conns-per-ip 0 > "$work/ours.log" 2>&1 &
+pids+=($!)
+# -c is the whole cache, split over -np slots; --jinja renders the file's
+# template as we do.
+"$server" -m "$model" --port "$((PORT0 + 1))" -np "$PARALLEL" -c "$((CTX * PARALLEL))" -t "$THREADS" --jinja \
+  > "$work/llama.log" 2>&1 &
+pids+=($!)
+
+wait_ready() {   # url name log
+  for _ in $(seq 600); do
+    if curl -fs "$1/health" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "$2 did not become ready; its log:" >&2
+  tail -20 "$3" >&2
+  exit 1
+}
+wait_ready "$ours_url" pocketllm "$work/ours.log"
+wait_ready "$llama_url" llama-server "$work/llama.log"
+
+# The anchors must answer sanely before their speed means anything.
+for u in "$ours_url" "$llama_url"; do
+  curl -fs "$u/v1/chat/completions" -H 'Content-Type: application/json' \
+    -d '{"messages":[{"role":"user","content":"What is 2+3? Answer with the number."}],"max_tokens":16,"temperature":0}' |
+    python3 -c 'import json,sys; print("# sanity", sys.argv[1], repr(json.load(sys.stdin)["choices"][0]["message"]["content"]))' "$u" >&2
+done
+
+load() {   # url clients turns max_tokens convs extra-json -> one JSON line per K
+  python3 "$here/serve-load.py" --url "$1" --clients "$2" --turns "$3" --max-tokens "$4" --convs "$5" --extra "$6" --json
+}
+
+i=0
+for k in ${CLIENTS//,/ }; do
+  echo "# K=$k (load $(cut -d' ' -f1 /proc/loadavg))" >&2
+  if (( i % 2 == 0 )); then
+    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
+    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
+  else
+    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
+    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
+  fi
+  i=$((i + 1))
+done
+
+echo "# multi-turn: 8 turns, 64 tokens" >&2
+load "$ours_url" 1 8 64 1 '{}' | sed 's/^{/{"engine": "pocketllm, cache", /' >> "$work/turns.jsonl"
+load "$ours_url" 1 8 64 1 '{"cache_prompt": false}' | sed 's/^{/{"engine": "pocketllm, no cache", /' >> "$work/turns.jsonl"
+load "$llama_url" 1 8 64 1 '{}' | sed 's/^{/{"engine": "llama-server, cache_prompt", /' >> "$work/turns.jsonl"
+
+python3 - "$work/k.jsonl" "$work/turns.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+turns = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+print("| K | tok/s llama-server / ours (ratio) | TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms |")
+print("|---|---|---|---|---|---|")
+for k in sorted({r["clients"] for r in rows}):
+    l = next(r for r in rows if r["clients"] == k and r["engine"] == "llama-server")
+    o = next(r for r in rows if r["clients"] == k and r["engine"] == "pocketllm")
+    f = lambda key, d=1: "%.*f / %.*f" % (d, l[key], d, o[key])
+    print("| %d | %s (%.2fx) | %s | %s | %s | %s |" % (k, f("tok_s"), o["tok_s"] / l["tok_s"], f("ttft_p50_ms"),
+          f("ttft_p95_ms"), f("itl_p50_ms", 2), f("itl_p95_ms", 2)))
+print()
+print("TTFT (ms) per turn of one 8-turn conversation:")
+print()
+n = max(len(t["ttft_p50_ms_by_turn"]) for t in turns)
+print("| engine | " + " | ".join("turn %d" % (i + 1) for i in range(n)) + " |")
+print("|---|" + "---|" * n)
+for t in turns:
+    v = list(t["ttft_p50_ms_by_turn"].values())
+    print("| %s | " % t["engine"] + " | ".join("%.1f" % x for x in v) + " |")
+EOF
