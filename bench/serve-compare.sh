@@ -52,8 +52,10 @@ trap cleanup EXIT
   --max-conns-per-ip 0 > "$work/ours.log" 2>&1 &
 pids+=($!)
 # -c is the whole cache, split over -np slots; --jinja renders the file's
-# template as we do.
-"$server" -m "$model" --port "$((PORT0 + 1))" -np "$PARALLEL" -c "$((CTX * PARALLEL))" -t "$THREADS" --jinja \
+# template as we do. -fa off: d32676d's server with flash attention on (its
+# default, auto) answers Qwen2.5-Coder-1.5B Q4_K_M with garbage ("What is
+# 2+3?" -> "Impartial-onster..." and a 500), with it off it answers "5".
+"$server" -m "$model" --port "$((PORT0 + 1))" -np "$PARALLEL" -c "$((CTX * PARALLEL))" -t "$THREADS" --jinja -fa off \
   > "$work/llama.log" 2>&1 &
 pids+=($!)
 
@@ -73,7 +75,8 @@ wait_ready "$llama_url" llama-server "$work/llama.log"
 for u in "$ours_url" "$llama_url"; do
   curl -fs "$u/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"What is 2+3? Answer with the number."}],"max_tokens":16,"temperature":0}' |
-    python3 -c 'import json,sys; print("# sanity", sys.argv[1], repr(json.load(sys.stdin)["choices"][0]["message"]["content"]))' "$u" >&2
+    python3 -c 'import json,sys; print("# sanity", sys.argv[1], repr(json.load(sys.stdin)["choices"][0]["message"]["content"]))' "$u" >&2 ||
+    { echo "$u does not answer sanely; not measuring it" >&2; exit 1; }
 done
 
 load() {   # url clients turns max_tokens convs extra-json -> one JSON line per K
@@ -113,10 +116,11 @@ for k in sorted({r["clients"] for r in rows}):
 print()
 print("TTFT (ms) per turn of one 8-turn conversation:")
 print()
-n = max(len(t["ttft_p50_ms_by_turn"]) for t in turns)
+# a turn whose reply streamed no content chunk has no TTFT: "-"
+n = max(int(k) for t in turns for k in t["ttft_p50_ms_by_turn"]) + 1
 print("| engine | " + " | ".join("turn %d" % (i + 1) for i in range(n)) + " |")
 print("|---|" + "---|" * n)
 for t in turns:
-    v = list(t["ttft_p50_ms_by_turn"].values())
-    print("| %s | " % t["engine"] + " | ".join("%.1f" % x for x in v) + " |")
+    v = t["ttft_p50_ms_by_turn"]
+    print("| %s | " % t["engine"] + " | ".join("%.1f" % v[str(i)] if str(i) in v else "-" for i in range(n)) + " |")
 EOF
