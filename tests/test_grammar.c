@@ -432,7 +432,32 @@ static void test_big_vocab(void) {
     pl_grammar_free(g2);
 }
 
+/* An ambiguous grammar: "." root nests at every character, so the live
+ * stacks grow with the text. Matching must stop with a clear error at the
+ * stack limit (fuzz_gbnf once hung here), leaving the state as it was, and
+ * a short text must still match. */
+static void test_ambiguous(void) {
+    const char *gb = "root ::= (\"ab\" | [c-e]+ | . root)* \"z\"{0,3} x?\nx ::= [^\\n]";
+    pl_grammar *g = NULL;
+    CHECK(pl_grammar_from_gbnf(NULL, gb, strlen(gb), &g) == PL_OK, "parse: %s", pl_last_error());
+    if (!g) return;
+    CHECK(pl_grammar_accept_text(g, "abcde", 5) == PL_OK, "a short text: %s", pl_last_error());
+    char text[2048];
+    for (size_t i = 0; i < sizeof text; i++) text[i] = "abcdez"[i % 6];
+    pl_status st = PL_OK;
+    size_t at = 0;
+    for (; at < sizeof text && st == PL_OK; at += 4) st = pl_grammar_accept_text(g, text + at, 4);
+    CHECK(st == PL_ERR_UNSUPPORTED && strstr(pl_last_error(), "too ambiguous"), "status %d after %zu bytes: %s", st, at,
+          pl_last_error());
+    bool acc = pl_grammar_is_accepting(g);
+    CHECK(pl_grammar_accept_text(g, text + at - 4, 4) == PL_ERR_UNSUPPORTED && pl_grammar_is_accepting(g) == acc,
+          "a refused step changes nothing");
+    CHECK(pl_grammar_reset(g) == PL_OK && pl_grammar_accept_text(g, "ab", 2) == PL_OK, "reset, then match again");
+    pl_grammar_free(g);
+}
+
 int main(void) {
+    test_ambiguous();
     test_parse_errors();
     test_operators();
     test_utf8();

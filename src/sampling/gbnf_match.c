@@ -107,15 +107,29 @@ static int class_meets_range(const pl_gelem *el, uint32_t i, uint32_t lo, uint32
 static int advance(pl_gmatch *m, pl_u32vec *out, size_t set, size_t base, uint32_t len) {
     const pl_gelem *el = m->r->el;
     if (len == 0 || !(el[m->scratch.d[base + len - 1]].type == GE_RULE_REF)) {
-        /* a finished stack: add unless already present */
-        uint32_t count = out->d[set], *p = out->d + set + 2;
-        for (uint32_t k = 0; k < count; k++) {
-            if (p[0] == len && !memcmp(p + 1, m->scratch.d + base, len * sizeof *p)) return 0;
-            p += 1 + p[0];
+        /* a finished stack: add unless already present (hashed: an
+         * ambiguous grammar can hold thousands of stacks) */
+        const uint32_t *st = m->scratch.d + base;
+        uint64_t h = 1469598103934665603ull ^ len;
+        for (uint32_t k = 0; k < len; k++) h = (h ^ st[k]) * 1099511628211ull;
+        uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (PL_GM_HT - 1);
+        for (;; slot = (slot + 1) & (PL_GM_HT - 1)) {
+            uint32_t *e = m->ht + 2 * slot;
+            if (e[0] != m->gen) break;
+            const uint32_t *p = out->d + set + e[1] - 1;
+            if (p[0] == len && !memcmp(p + 1, st, len * sizeof *p)) return 0;
+        }
+        uint32_t count = out->d[set];
+        if (count >= PL_GM_MAX_STACKS || out->d[set + 1] + len + 1 > PL_GM_MAX_WORDS) {
+            m->overflow = 1;
+            return -1;
         }
         if (pl_u32vec_reserve(out, len + 1)) return -1;
+        st = m->scratch.d + base;   /* (scratch is not out: still valid) */
+        m->ht[2 * slot] = m->gen;
+        m->ht[2 * slot + 1] = (uint32_t)(out->n - set) + 1;
         out->d[out->n++] = len;
-        memcpy(out->d + out->n, m->scratch.d + base, len * sizeof *out->d);
+        memcpy(out->d + out->n, st, len * sizeof *out->d);
         out->n += len;
         out->d[set] += 1;
         out->d[set + 1] += len + 1;
@@ -144,7 +158,13 @@ static int advance(pl_gmatch *m, pl_u32vec *out, size_t set, size_t base, uint32
     return 0;
 }
 
-static size_t begin_set(pl_u32vec *out) {
+/* Starts an empty set at the end of out, with a fresh dedup generation. */
+static size_t begin_set(pl_gmatch *m, pl_u32vec *out) {
+    if (!m->ht && !(m->ht = calloc(2 * PL_GM_HT, sizeof *m->ht))) return (size_t)-1;
+    if (++m->gen == 0) {   /* wrapped: clear once */
+        memset(m->ht, 0, 2 * PL_GM_HT * sizeof *m->ht);
+        m->gen = 1;
+    }
     if (pl_u32vec_reserve(out, 2)) return (size_t)-1;
     size_t at = out->n;
     out->d[out->n++] = 0;
@@ -153,7 +173,7 @@ static size_t begin_set(pl_u32vec *out) {
 }
 
 size_t pl_gm_initial(pl_gmatch *m, pl_u32vec *out) {
-    size_t set = begin_set(out);
+    size_t set = begin_set(m, out);
     if (set == (size_t)-1) return set;
     uint32_t alt = m->r->rule_start[m->r->root];
     const pl_gelem *el = m->r->el;
@@ -174,7 +194,7 @@ size_t pl_gm_initial(pl_gmatch *m, pl_u32vec *out) {
 }
 
 size_t pl_gm_accept_cp(pl_gmatch *m, pl_u32vec *out, size_t in, uint32_t cp) {
-    size_t set = begin_set(out);
+    size_t set = begin_set(m, out);
     if (set == (size_t)-1) return set;
     const pl_gelem *el = m->r->el;
     uint32_t count = out->d[in];
@@ -243,4 +263,6 @@ int pl_gm_finished(const uint32_t *set) {
 void pl_gm_free(pl_gmatch *m) {
     free(m->scratch.d);
     m->scratch = (pl_u32vec){0};
+    free(m->ht);
+    m->ht = NULL;
 }

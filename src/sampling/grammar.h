@@ -57,13 +57,28 @@ int pl_utf8_feed(pl_utf8_partial *p, uint8_t b, uint32_t *cp);
 typedef struct pl_gmatch {
     const pl_grules *r;
     pl_u32vec scratch;     /* stacks under construction */
+    int overflow;          /* set when a stack set outgrew PL_GM_MAX_STACKS / _WORDS */
+    /* Dedup of the set being built: open addressing over PL_GM_HT slots,
+     * {generation, offset of the stack in out + 1}; a new set bumps gen
+     * instead of clearing the table (the trie walk builds a set per node). */
+    uint32_t *ht;
+    uint32_t gen;
 } pl_gmatch;
+
+/* An ambiguous grammar (e.g. root ::= ("a" | . root)*) can make the number
+ * of live stacks grow with every character; past these limits a match step
+ * fails (pl_gmatch.overflow) instead of taking time without bound. Grammars
+ * from JSON schemas hold a few dozen stacks (an enum: one per value). */
+#define PL_GM_MAX_STACKS 16384
+#define PL_GM_MAX_WORDS (1u << 16)
+#define PL_GM_HT (2 * PL_GM_MAX_STACKS)   /* a power of two, at most half full */
 
 /* Appends the initial stack set (the start rule expanded) to out; returns
  * the set's offset in out, or (size_t)-1 out of memory. */
 size_t pl_gm_initial(pl_gmatch *m, pl_u32vec *out);
 /* Appends the set reached from the set at offset `in` of `out` by matching
- * code point cp; returns its offset (its count may be 0: rejected). */
+ * code point cp; returns its offset (its count may be 0: rejected), or
+ * (size_t)-1 when out of memory or the set outgrew the limits (overflow). */
 size_t pl_gm_accept_cp(pl_gmatch *m, pl_u32vec *out, size_t in, uint32_t cp);
 /* Can some stack of the set continue with a character starting with the
  * partial sequence p (p->n_remain > 0)? */

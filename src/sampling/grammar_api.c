@@ -225,7 +225,11 @@ static pl_status set_initial(pl_grammar *g) {
     g->cur.n = 0;
     g->partial = (pl_utf8_partial){0};
     g->eog_seen = false;
-    if (pl_gm_initial(&g->m, &g->cur) == (size_t)-1) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
+    g->m.overflow = 0;
+    if (pl_gm_initial(&g->m, &g->cur) == (size_t)-1)
+        return g->m.overflow ? pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more parse stacks at its start than the matcher holds: %d stacks, %u words)",
+                                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS)
+                             : pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     return PL_OK;
 }
 
@@ -317,8 +321,10 @@ PL_API bool pl_grammar_is_done(const pl_grammar *g) {
 }
 
 /* Runs bytes from the current state in g->work. 1: viable (*set_off is the
- * resulting set, *pp the partial state), 0: rejected, -1: out of memory. */
+ * resulting set, *pp the partial state), 0: rejected, -1: out of memory or
+ * too ambiguous (g->m.overflow). */
 static int run_bytes(pl_grammar *g, const uint8_t *b, size_t n, pl_utf8_partial *pp, size_t *set_off) {
+    g->m.overflow = 0;
     g->work.n = 0;
     if (pl_u32vec_reserve(&g->work, g->cur.n)) return -1;
     memcpy(g->work.d, g->cur.d, g->cur.n * sizeof *g->work.d);
@@ -360,6 +366,9 @@ PL_API pl_status pl_grammar_accept_text(pl_grammar *g, const char *text, size_t 
     pl_utf8_partial pp;
     size_t set = 0;
     int r = run_bytes(g, (const uint8_t *)text, len, &pp, &set);
+    if (r < 0 && g->m.overflow)
+        return pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more live parse stacks than the matcher holds: %d stacks, %u words)",
+                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS);
     if (r < 0) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     if (r == 0) return pl_errorf(PL_ERR_INVALID_ARG, "grammar: the text is not allowed here");
     commit_work(g, set, pp);
@@ -454,7 +463,13 @@ static const uint64_t *current_mask(pl_grammar *g, pl_status *st) {
     memcpy(g->work.d, g->cur.d, g->cur.n * sizeof *g->work.d);
     g->work.n = g->cur.n;
     walk w = {g, v, g->bits, 0};
+    g->m.overflow = 0;
     if (!g->eog_seen) walk_trie(&w, 0, 0, g->partial);
+    if (w.oom && g->m.overflow) {
+        *st = pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more live parse stacks than the matcher holds: %d stacks, %u words)",
+                        PL_GM_MAX_STACKS, PL_GM_MAX_WORDS);
+        return NULL;
+    }
     if (w.oom) { *st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); return NULL; }
     if (pl_grammar_is_accepting(g) && !g->eog_seen)
         for (int32_t id = 0; id < v->n_vocab; id++)
