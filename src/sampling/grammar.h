@@ -69,8 +69,8 @@ typedef struct pl_gmatch {
  * of live stacks grow with every character; past these limits a match step
  * fails (pl_gmatch.overflow) instead of taking time without bound. Grammars
  * from JSON schemas hold a few dozen stacks (an enum: one per value). */
-#define PL_GM_MAX_STACKS 16384
-#define PL_GM_MAX_WORDS (1u << 16)
+#define PL_GM_MAX_STACKS 4096
+#define PL_GM_MAX_WORDS (1u << 14)
 #define PL_GM_HT (2 * PL_GM_MAX_STACKS)   /* a power of two, at most half full */
 
 /* Appends the initial stack set (the start rule expanded) to out; returns
