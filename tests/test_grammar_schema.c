@@ -104,6 +104,52 @@ int main(void) {
         pl_free(gb);
     }
 
+    /* found by fuzz_json_schema: maxLength/maxItems above 4096 compiled to a
+     * {m,n} the GBNF parser refuses ("repetition count above the limit");
+     * counts up to 65536 now compile exactly, larger ones are refused */
+    expect_refused("{\"type\":\"string\",\"maxLength\":65537}", "'maxLength' 65537 is above the limit 65536");
+    expect_refused("{\"type\":\"array\",\"minItems\":100000}", "'minItems' 100000 is above the limit 65536");
+    {
+        static const struct { const char *schema; int lo, hi; } cases[] = {
+            {"{\"type\":\"string\",\"maxLength\":5000}", 0, 5000},
+            {"{\"type\":\"string\",\"minLength\":4097}", 4097, -1},
+            {"{\"type\":\"string\",\"minLength\":9000,\"maxLength\":13000}", 9000, 13000},
+            {"{\"type\":\"string\",\"minLength\":100,\"maxLength\":8193}", 100, 8193},
+        };
+        static const int lens[] = {0, 1, 99, 100, 4095, 4096, 4097, 5000, 5001, 8192, 8193, 8194, 8999, 9000, 13000, 13001};
+        char *text = malloc(13004);
+        for (size_t ci = 0; ci < sizeof cases / sizeof cases[0] && text; ci++) {
+            pl_grammar *g = NULL;
+            const char *sc = cases[ci].schema;
+            CHECK(pl_grammar_from_json_schema(NULL, sc, strlen(sc), &g) == PL_OK, "%s: %s", sc, pl_last_error());
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0] && g; li++) {
+                int n = lens[li];
+                text[0] = '"';
+                memset(text + 1, 'x', (size_t)n);
+                text[n + 1] = '"';
+                pl_grammar_reset(g);
+                int ok = pl_grammar_accept_text(g, text, (size_t)n + 2) == PL_OK && pl_grammar_is_accepting(g);
+                int want = n >= cases[ci].lo && (cases[ci].hi < 0 || n <= cases[ci].hi);
+                CHECK(ok == want, "%s: a string of %d chars %s", sc, n, ok ? "accepted" : "refused");
+            }
+            pl_grammar_free(g);
+        }
+        const char *arr = "{\"type\":\"array\",\"items\":{\"type\":\"integer\"},\"minItems\":4100,\"maxItems\":4101}";
+        pl_grammar *g = NULL;
+        CHECK(pl_grammar_from_json_schema(NULL, arr, strlen(arr), &g) == PL_OK, "%s: %s", arr, pl_last_error());
+        for (int n = 4099; n <= 4102 && g && text; n++) {
+            size_t k = 0;
+            text[k++] = '[';
+            for (int i = 0; i < n; i++) { if (i) text[k++] = ','; text[k++] = '7'; }
+            text[k++] = ']';
+            pl_grammar_reset(g);
+            int ok = pl_grammar_accept_text(g, text, k) == PL_OK && pl_grammar_is_accepting(g);
+            CHECK(ok == (n == 4100 || n == 4101), "%s: %d items %s", arr, n, ok ? "accepted" : "refused");
+        }
+        pl_grammar_free(g);
+        free(text);
+    }
+
     const char *dir = PL_TEST_FIXTURES "/../schemas";
     DIR *d = opendir(dir);
     CHECK(d != NULL, "open %s", dir);

@@ -22,6 +22,8 @@
 #include <string.h>
 
 #define MAX_DEPTH 64
+#define GBNF_MAX_COUNT 4096      /* largest m, n in GBNF {m,n} (gbnf_parse.c MAX_REPEAT) */
+#define SCHEMA_MAX_COUNT 65536   /* largest minLength/maxLength/minItems/maxItems */
 
 typedef struct sb { char *p; size_t n, cap; int oom; } sb;
 
@@ -397,7 +399,7 @@ static void rx_seq(rx *r, sb *b, int depth) {
                 if (q < r->end && *q >= '0' && *q <= '9') hi = 0;
                 while (q < r->end && *q >= '0' && *q <= '9' && nd2 < 5) { hi = hi * 10 + (*q++ - '0'); nd2++; }
             } else hi = lo;
-            if (!ok || q >= r->end || *q != '}' || (hi >= 0 && hi < lo) || lo > 4096 || hi > 4096) {
+            if (!ok || q >= r->end || *q != '}' || (hi >= 0 && hi < lo) || lo > GBNF_MAX_COUNT || hi > GBNF_MAX_COUNT) {
                 free(item.p);
                 fail(r->c, PL_ERR_UNSUPPORTED, "json schema: pattern: bad or unsupported quantifier at '%.10s'", r->p);
                 return;
@@ -597,8 +599,38 @@ static int get_count(comp *c, json_t *s, const char *k, long long *out) {
     json_t *v = json_object_get(s, k);
     if (!v) return 0;
     if (!json_is_integer(v) || json_integer_value(v) < 0) { fail(c, PL_ERR_INVALID_ARG, "json schema: '%s' must be a non-negative integer", k); return 0; }
+    if (json_integer_value(v) > SCHEMA_MAX_COUNT) {
+        fail(c, PL_ERR_UNSUPPORTED, "json schema: '%s' %lld is above the limit %d", k, (long long)json_integer_value(v), SCHEMA_MAX_COUNT);
+        return 0;
+    }
     *out = json_integer_value(v);
     return 1;
+}
+
+/* (item){min,max} for counts above the GBNF parser's {m,n} limit (4096): a
+ * fixed run of {4096} chunks, then the optional tail as
+ *   ((item){0,4095} | (item){4096} TAIL')
+ * which accepts exactly 0..V more items and keeps at most two parse stacks
+ * alive at once (both alternatives share only the first 4095 items). */
+static void repeat_tail(sb *b, const char *item, long long v) {
+    if (v <= GBNF_MAX_COUNT) { sb_addf(b, "(%s){0,%lld}", item, v); return; }
+    sb_addf(b, "((%s){0,%d} | (%s){%d} ", item, GBNF_MAX_COUNT - 1, item, GBNF_MAX_COUNT);
+    repeat_tail(b, item, v - GBNF_MAX_COUNT);
+    sb_add(b, ")");
+}
+
+static void repeat_counted(sb *b, const char *item, long long min, int has_max, long long max) {
+    while (min > GBNF_MAX_COUNT) {
+        sb_addf(b, "(%s){%d} ", item, GBNF_MAX_COUNT);
+        min -= GBNF_MAX_COUNT;
+        max -= GBNF_MAX_COUNT;
+    }
+    if (!has_max) sb_addf(b, "(%s){%lld,}", item, min);
+    else if (max <= GBNF_MAX_COUNT) sb_addf(b, "(%s){%lld,%lld}", item, min, max);
+    else {
+        if (min) sb_addf(b, "(%s){%lld} ", item, min);
+        repeat_tail(b, item, max - min);
+    }
 }
 
 /* item{min,max} separated by commas, for arrays and strings */
@@ -607,8 +639,13 @@ static void repeat_sep(sb *b, const char *item, long long min, int has_max, long
     if (min == 0) sb_add(b, "(");
     sb_addf(b, "%s", item);
     long long lo = min ? min - 1 : 0;
-    if (has_max) sb_addf(b, " (%s %s){%lld,%lld}", sep, item, lo, max - 1);
-    else sb_addf(b, " (%s %s){%lld,}", sep, item, lo);
+    char *rest = NULL;
+    size_t need = strlen(sep) + strlen(item) + 2;
+    if (!(rest = malloc(need))) { b->oom = 1; return; }
+    snprintf(rest, need, "%s %s", sep, item);
+    sb_add(b, " ");
+    repeat_counted(b, rest, lo, has_max, max - 1);
+    free(rest);
     if (min == 0) sb_add(b, ")?");
 }
 
@@ -663,8 +700,7 @@ static const char *typed(comp *c, json_t *s, const char *type, const char *name)
             sb_addf(&b, "\"\\\"\" %s \"\\\"\" %s", prim(c, f), prim(c, "space"));
         } else if (has_min || has_max) {
             sb_add(&b, "\"\\\"\" ");
-            if (has_max) sb_addf(&b, "%s{%lld,%lld}", prim(c, "char"), min, max);
-            else sb_addf(&b, "%s{%lld,}", prim(c, "char"), min);
+            repeat_counted(&b, prim(c, "char"), min, has_max, max);
             sb_addf(&b, " \"\\\"\" %s", prim(c, "space"));
         } else {
             return prim(c, "string");
