@@ -123,6 +123,38 @@ def test_least_recently_used_prefix_goes_first(make_server):
     assert cached < 8
 
 
+def test_client_vanishing_during_restore_frees_the_slot(make_server):
+    import socket
+    import time
+    s = make_server("--parallel", "1", "--cache-ram", "16", "--metrics")
+    ref = make_server("--parallel", "1", "--no-prompt-cache")
+    pa, pb = A * 3, B * 3
+    complete(s, pa)
+    complete(s, pb)                            # A kept in host memory
+    # A streamed request for A (restored at admission), and the client hangs
+    # up at once.
+    body = ('{"prompt": %s, "max_tokens": 200, "stream": true, "temperature": 0}' % __import__("json").dumps(pa))
+    c = socket.create_connection(("127.0.0.1", s.port))
+    c.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+               "Content-Length: %d\r\n\r\n%s" % (len(body.encode()), body)).encode())
+    got = b""
+    while b"data:" not in got:                 # a token came: admitted, restored (headers may come first)
+        chunk = c.recv(4096)
+        assert chunk, got
+        got += chunk
+    c.close()
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        if all(x["state"] == "idle" for x in requests.get(s.url + "/slots", timeout=10).json()["slots"]):
+            break
+        time.sleep(0.05)
+    assert all(x["state"] == "idle" for x in requests.get(s.url + "/slots", timeout=10).json()["slots"])
+    assert metric(s, "pocketllm:prompt_cache_ram_hits_total") == 1
+    # The slot works, and what it keeps is still right.
+    got, _ = complete(s, pa)
+    assert got == complete(ref, pa)[0]
+
+
 @pytest.mark.parametrize("args,msg", [
     (["--cache-ram", "-1"], "bad --cache-ram"),
     (["--cache-ram", "lots"], "bad --cache-ram"),
