@@ -31,6 +31,9 @@
  * depend only on the tokens before it, and the forward pass is
  * batch-invariant, so starting mid-sequence gives the same numbers as a full
  * prefill (tests/server/test_prompt_cache.py checks token identity).
+ * With --cache-ram, what a slot held past the reused prefix is first copied
+ * to host memory, and a prompt that a kept prefix covers further than its
+ * slot does gets those rows copied back (server_spill.c).
  */
 #include "server.h"
 #include <math.h>
