@@ -96,12 +96,31 @@ static void set_rope_linear(pl_gguf_writer *w, const pl_gguf *g) {
     pl_gguf_writer_add_str(w, "llama.rope.scaling.type", "linear");
     pl_gguf_writer_add_f32(w, "llama.rope.scaling.factor", 2.0f);
 }
-static float g_rope_freqs[32];
+/* llama3 frequency factors: F32 [n_rot/2] = [32] for tiny-llama (head_dim 64) */
+static float g_rope_freqs[64];
 static void add_rope_freqs(pl_gguf_writer *w, const pl_gguf *g) {
     (void)g;
-    for (int i = 0; i < 32; i++) g_rope_freqs[i] = 1.0f;
+    for (int i = 0; i < 32; i++) g_rope_freqs[i] = 1.0f + (float)i;
     pl_gguf_writer_add_tensor(w, "rope_freqs.weight", PL_F32, 1, (int64_t[]){32, 1, 1, 1}, g_rope_freqs,
+                              32 * sizeof(float));
+}
+static void add_rope_freqs_long(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    for (int i = 0; i < 64; i++) g_rope_freqs[i] = 1.0f;
+    pl_gguf_writer_add_tensor(w, "rope_freqs.weight", PL_F32, 1, (int64_t[]){64, 1, 1, 1}, g_rope_freqs,
                               sizeof g_rope_freqs);
+}
+static void add_rope_freqs_f16(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    memset(g_rope_freqs, 0x3c, sizeof g_rope_freqs);   /* f16 0x3c3c ~ 1.06 */
+    pl_gguf_writer_add_tensor(w, "rope_freqs.weight", PL_F16, 1, (int64_t[]){32, 1, 1, 1}, g_rope_freqs,
+                              32 * 2);
+}
+static void add_rope_freqs_zero(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    for (int i = 0; i < 32; i++) g_rope_freqs[i] = i == 7 ? 0.0f : 1.0f;
+    pl_gguf_writer_add_tensor(w, "rope_freqs.weight", PL_F32, 1, (int64_t[]){32, 1, 1, 1}, g_rope_freqs,
+                              32 * sizeof(float));
 }
 static float g_bias[256];
 static void add_q_bias_only(pl_gguf_writer *w, const pl_gguf *g) {
@@ -199,8 +218,23 @@ int main(void) {
     SRC = "models/tiny-llama-f16.gguf";
     rewrite(NULL, NULL, set_rope_yarn, NULL);
     expect_load_error("llama rope scaling yarn", PL_ERR_UNSUPPORTED, "llama.rope.scaling.type = 'yarn'");
+    rewrite(NULL, NULL, add_rope_freqs_long, NULL);
+    expect_load_error("llama3 rope_freqs [n_rot]", PL_ERR_FORMAT, "tensor 'rope_freqs.weight' has shape [64");
+    rewrite(NULL, NULL, add_rope_freqs_f16, NULL);
+    expect_load_error("llama3 rope_freqs f16", PL_ERR_UNSUPPORTED, "tensor 'rope_freqs.weight' has type f16");
+    rewrite(NULL, NULL, add_rope_freqs_zero, NULL);
+    expect_load_error("llama3 rope_freqs zero", PL_ERR_FORMAT, "rope_freqs.weight[7] = 0");
     rewrite(NULL, NULL, add_rope_freqs, NULL);
-    expect_load_error("llama3 rope_freqs", PL_ERR_UNSUPPORTED, "rope_freqs.weight");
+    {
+        /* a well-formed rope_freqs.weight loads (its effect: tiny-llama3's goldens) */
+        pl_model *m = NULL;
+        pl_model_params p = pl_model_default_params();
+        p.device = "ref";
+        p.n_ctx = 64;
+        pl_status st = pl_model_load(tmp_path, &p, &m);
+        CHECK(st == PL_OK, "llama with rope_freqs.weight loads: %s", pl_last_error());
+        pl_model_free(m);
+    }
     rewrite(NULL, NULL, add_q_bias_only, NULL);
     expect_load_error("llama q bias without k/v", PL_ERR_FORMAT, "some of attn_q/k/v.bias");
     rewrite(NULL, "blk.1.attn_v.weight", NULL, NULL);

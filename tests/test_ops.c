@@ -240,12 +240,13 @@ static int gen_swiglu(op_case *cs, pl_rng *r) {
 
 static int gen_rope(op_case *cs, pl_rng *r) {
     int n = 0;
-    static const int cfg[][5] = {
-        /* head_dim, n_head, n_tok, n_rot, mode */
-        {64, 1, 1, 64, 0}, {128, 4, 7, 128, 2}, {128, 4, 7, 64, 0}, {64, 2, 33, 32, 2},
-        {128, 16, 3, 128, 2}, {8, 3, 5, 8, 0}, {96, 2, 4, 96, 0}, {128, 8, 2, 128, 0},
+    static const int cfg[][6] = {
+        /* head_dim, n_head, n_tok, n_rot, mode, freq_factors (llama3's rope_freqs) */
+        {64, 1, 1, 64, 0, 0}, {128, 4, 7, 128, 2, 0}, {128, 4, 7, 64, 0, 0}, {64, 2, 33, 32, 2, 0},
+        {128, 16, 3, 128, 2, 0}, {8, 3, 5, 8, 0, 0}, {96, 2, 4, 96, 0, 0}, {128, 8, 2, 128, 0, 0},
+        {64, 4, 9, 64, 0, 1}, {128, 8, 5, 128, 0, 1}, {128, 4, 7, 64, 2, 1}, {64, 2, 33, 32, 0, 1},
     };
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < (int)(sizeof cfg / sizeof cfg[0]); i++) {
         const int64_t hd = cfg[i][0], nh = cfg[i][1], nt = cfg[i][2];
         const size_t pad = i % 3 == 1 ? 16 : 0;
         op_case *c = new_case(cs, &n, PL_OP_ROPE, PL_F32);
@@ -253,12 +254,19 @@ static int gen_rope(op_case *cs, pl_rng *r) {
         c->node.iparams[1] = cfg[i][4];
         c->node.fparams[0] = i % 2 ? 1000000.0f : 10000.0f;
         c->node.fparams[1] = i == 3 ? 0.25f : 1.0f;
-        snprintf(c->desc, sizeof c->desc, "[%lld, %lld, %lld] n_rot=%d %s base=%g scale=%g%s", (long long)hd,
+        snprintf(c->desc, sizeof c->desc, "[%lld, %lld, %lld] n_rot=%d %s base=%g scale=%g%s%s", (long long)hd,
                  (long long)nh, (long long)nt, cfg[i][3], cfg[i][4] ? "neox" : "normal", c->node.fparams[0],
-                 c->node.fparams[1], pad ? " strided" : "");
+                 c->node.fparams[1], pad ? " strided" : "", cfg[i][5] ? " ff" : "");
         fill_f32(mk(c, 0, PL_F32, 3, hd, nh, nt, pad), r, 1.0f);
         pl_tensor *pos = mk(c, 1, PL_I32, 1, nt, 1, 1, 0);
         for (int64_t t = 0; t < nt; t++) set_i32(pos, t, t == 0 ? 0 : t == 1 ? 1 : (int32_t)pl_rng_int(r, 0, 40000));
+        if (cfg[i][5]) {
+            /* llama3 factors run from 1 (high frequencies) to the scaling
+             * factor (low ones, e.g. 8 or 32), smooth in between */
+            pl_tensor *ff = mk(c, 2, PL_F32, 1, cfg[i][3] / 2, 1, 1, 0);
+            for (int64_t k = 0; k < ff->ne[0]; k++)
+                ((float *)ff->data)[k] = k % 4 == 0 ? 1.0f : 1.0f + 31.0f * (float)pl_rng_int(r, 0, 1000) / 1000.0f;
+        }
         mk(c, DST, PL_F32, 3, hd, nh, nt, 0);
         seal(c);
     }
@@ -802,6 +810,17 @@ static void test_validate(void) {
     n = c.node;
     pl_tensor pos = c.t[1];
     pos.ne[0] = 2; n.src[1] = &pos; expect_invalid(&n, "pos of the wrong length");
+    /* freq_factors: optional, F32 [n_rot/2] */
+    mk(&c, 2, PL_F32, 1, 32, 1, 1, 0);
+    CHECK(pl_node_validate(&c.node) == PL_OK, "valid rope with freq_factors: %s", pl_last_error());
+    n = c.node;
+    pl_tensor ffw = c.t[2];
+    ffw.ne[0] = 64; ffw.nb[1] = ffw.nb[2] = ffw.nb[3] = 64 * 4; n.src[2] = &ffw;
+    expect_invalid(&n, "freq_factors of n_rot, not n_rot/2");
+    n.iparams[0] = 32; ffw.ne[0] = 16; ffw.nb[1] = ffw.nb[2] = ffw.nb[3] = 16 * 4;
+    CHECK(pl_node_validate(&n) == PL_OK, "freq_factors follow n_rot: %s", pl_last_error());
+    ffw = c.t[2]; ffw.dtype = PL_F16; ffw.nb[0] = 2; ffw.nb[1] = ffw.nb[2] = ffw.nb[3] = 64; n = c.node; n.src[2] = &ffw;
+    expect_invalid(&n, "f16 freq_factors");
     free_case(&c);
 
     /* attention */
@@ -989,6 +1008,38 @@ static void test_ref_known(void) {
                       p, i, ((float *)y->data)[i], e[i]);
             free_case(&c);
         }
+
+    /* the same with llama3 frequency factors {1, 2, 4}: pair i at pos 3
+     * rotates by 3 * 100^(-2i/6) / ff[i] radians */
+    for (int mode = 0; mode <= 2; mode += 2) {
+        memset(&c, 0, sizeof c);
+        c.node.op = PL_OP_ROPE;
+        x = mk(&c, 0, PL_F32, 3, 8, 1, 1, 0);
+        pl_tensor *pos = mk(&c, 1, PL_I32, 1, 1, 1, 1, 0);
+        pl_tensor *ff = mk(&c, 2, PL_F32, 1, 3, 1, 1, 0);
+        y = mk(&c, DST, PL_F32, 3, 8, 1, 1, 0);
+        const float v[8] = {1, 2, 3, 4, 5, 6, 7, 8}, f[3] = {1, 2, 4};
+        memcpy(x->data, v, sizeof v);
+        memcpy(ff->data, f, sizeof f);
+        set_i32(pos, 0, 3);
+        c.node.iparams[0] = 6;
+        c.node.iparams[1] = mode;
+        c.node.fparams[0] = 100.0f;
+        c.node.fparams[1] = 1.0f;
+        CHECK(run_ref(&c.node) == PL_OK, "rope with freq_factors runs: %s", pl_last_error());
+        double e[8];
+        for (int i = 0; i < 8; i++) e[i] = v[i];
+        for (int i = 0; i < 3; i++) {
+            const double th = 3 * pow(100.0, -2.0 * i / 6) / f[i];
+            const int a = mode ? i : 2 * i, b = mode ? i + 3 : 2 * i + 1;
+            e[a] = v[a] * cos(th) - v[b] * sin(th);
+            e[b] = v[a] * sin(th) + v[b] * cos(th);
+        }
+        for (int i = 0; i < 8; i++)
+            CHECK(fabs(((float *)y->data)[i] - e[i]) <= 2e-6 * 8, "rope ff mode %d [%d] = %g, expected %g", mode, i,
+                  ((float *)y->data)[i], e[i]);
+        free_case(&c);
+    }
 
     /* attention, 2 positions, 2 query heads sharing 1 KV head (f32 cache):
      * token 0 at pos 0 sees only v0; token 1 at pos 1 mixes v0, v1. */

@@ -43,6 +43,7 @@ struct pl_model {
     uint64_t weight_bytes;           /* of the tensors the graph uses */
     uint64_t n_params;               /* their elements */
     pl_tensor *tok_embd, *output_norm, *output;
+    pl_tensor *rope_freqs;           /* llama3 RoPE frequency factors F32 [n_rot/2], all layers; NULL = none */
     pl_layer_weights *layers;
 
     const pl_backend *backend;

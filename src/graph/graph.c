@@ -142,8 +142,13 @@ pl_tensor *pl_op_swiglu(pl_graph *g, pl_tensor *gate, pl_tensor *up) {
 
 pl_tensor *pl_op_rope(pl_graph *g, pl_tensor *x, pl_tensor *pos, int n_rot, int mode,
                       float freq_base, float freq_scale) {
+    return pl_op_rope_ext(g, x, pos, NULL, n_rot, mode, freq_base, freq_scale);
+}
+
+pl_tensor *pl_op_rope_ext(pl_graph *g, pl_tensor *x, pl_tensor *pos, pl_tensor *freq_factors, int n_rot, int mode,
+                          float freq_base, float freq_scale) {
     pl_tensor *dst = pl_graph_new(g, PL_F32, x->n_dims, x->ne, "rope");
-    pl_node *n = pl_graph_add_node(g, PL_OP_ROPE, dst, 2, (pl_tensor *[]){x, pos});
+    pl_node *n = pl_graph_add_node(g, PL_OP_ROPE, dst, 3, (pl_tensor *[]){x, pos, freq_factors});
     n->iparams[0] = n_rot;
     n->iparams[1] = mode;
     n->fparams[0] = freq_base;

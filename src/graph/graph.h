@@ -52,6 +52,9 @@ pl_tensor *pl_op_add(pl_graph *g, pl_tensor *a, pl_tensor *b);
 pl_tensor *pl_op_swiglu(pl_graph *g, pl_tensor *gate, pl_tensor *up);
 pl_tensor *pl_op_rope(pl_graph *g, pl_tensor *x, pl_tensor *pos, int n_rot, int mode,
                       float freq_base, float freq_scale);
+/* The same with llama3's frequency factors (F32 [n_rot/2], NULL = none). */
+pl_tensor *pl_op_rope_ext(pl_graph *g, pl_tensor *x, pl_tensor *pos, pl_tensor *freq_factors, int n_rot, int mode,
+                          float freq_base, float freq_scale);
 void pl_op_kv_store(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor *seq, pl_tensor *cache);
 pl_tensor *pl_op_attention(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc,
                            pl_tensor *pos, pl_tensor *seq, int n_kv_head, float scale);

@@ -93,18 +93,21 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
     [PL_OP_ROPE] = {
         .name = "rope",
         .summary = "rotary position embedding (GGML's ggml_rope_ext, no YaRN): rotates pairs of each "
-                   "head by pos * freq_scale * freq_base^(-2i/n_rot)",
-        .n_src = 2,
-        .src_names = {"x", "pos"},
-        .src_dtypes = {PL_DTMASK_F32, PL_DTMASK_I32},
+                   "head by pos * freq_scale * freq_base^(-2i/n_rot) / freq_factors[i]",
+        .n_src = 3,
+        .optional_src = 1u << 2,
+        .src_names = {"x", "pos", "freq_factors"},
+        .src_dtypes = {PL_DTMASK_F32, PL_DTMASK_I32, PL_DTMASK_F32},
         .dst_dtypes = PL_DTMASK_F32,
         .key_operand = 0,
         .shape_rule = "x [head_dim, n_head, n_tok] (may be strided by nb[1], nb[2]); pos [n_tok]; "
+                      "freq_factors (optional, absent = all 1) [n_rot/2], contiguous; "
                       "dst same shape as x, contiguous; dims n_rot..head_dim-1 are copied",
         .params = "iparams[0] = n_rot (even, 2..head_dim); iparams[1] = mode (0 = normal, pairs "
                   "(2i, 2i+1); 2 = NeoX, pairs (i, i + n_rot/2)); fparams[0] = freq_base (> 0); "
                   "fparams[1] = freq_scale (> 0). theta_i = freq_scale * t_i with t_0 = pos, "
-                  "t_{i+1} = t_i * powf(freq_base, -2/n_rot) in float, then cosf/sinf",
+                  "t_{i+1} = t_i * powf(freq_base, -2/n_rot) in float, then cosf/sinf; with freq_factors "
+                  "(llama3's rope_freqs.weight) theta_i = freq_scale * (t_i / freq_factors[i])",
     },
     [PL_OP_KV_STORE] = {
         .name = "kv_store",
@@ -289,6 +292,10 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
         if (n_rot < 2 || n_rot % 2 || n_rot > src[0]->ne[0])
             return SHAPE_ERR("%s: n_rot = %d must be even and in 2..%lld", s->name, n_rot, (long long)src[0]->ne[0]);
         if (mode != 0 && mode != 2) return SHAPE_ERR("%s: mode = %d (0 = normal, 2 = NeoX)", s->name, mode);
+        if (src[2]) {
+            PL_TRY(need_vector(s, 2, src[2], n_rot / 2));
+            if (!pl_tensor_is_contiguous(src[2])) return SHAPE_ERR("%s: freq_factors must be contiguous", s->name);
+        }
         if (!(n->fparams[0] > 0.0f) || !isfinite(n->fparams[0]) || !(n->fparams[1] > 0.0f) || !isfinite(n->fparams[1]))
             return SHAPE_ERR("%s: freq_base = %g and freq_scale = %g must be finite and > 0", s->name,
                              (double)n->fparams[0], (double)n->fparams[1]);
@@ -354,7 +361,9 @@ pl_status pl_node_validate(const pl_node *node) {
     if (!node) return pl_errorf(PL_ERR_INVALID_ARG, "node is NULL");
     const pl_op_schema *s = pl_op_schema_get(node->op);
     if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown op %d", (int)node->op);
-    for (int i = 0; i < s->n_src; i++) PL_TRY(check_operand(s, i, node->src[i], s->src_dtypes[i]));
+    for (int i = 0; i < s->n_src; i++)
+        if (node->src[i] || !(s->optional_src & (1u << i)))
+            PL_TRY(check_operand(s, i, node->src[i], s->src_dtypes[i]));
     for (int i = s->n_src; i < PL_MAX_SRC; i++)
         if (node->src[i]) return pl_errorf(PL_ERR_INVALID_ARG, "%s: takes %d inputs, src%d is set", s->name, s->n_src, i);
     PL_TRY(check_operand(s, -1, node->dst, s->dst_dtypes));

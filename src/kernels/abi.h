@@ -70,7 +70,11 @@ typedef enum pl_op {
      * fparams[0] = freq_base, fparams[1] = freq_scale.
      * theta_i = freq_scale * pos * freq_base^(-2i/n_rot), computed as GGML does:
      * t_0 = pos, t_{i+1} = t_i * powf(freq_base, -2/n_rot) (in float), and
-     * theta_i = freq_scale * t_i (the rounding differs when freq_scale != 1). */
+     * theta_i = freq_scale * t_i (the rounding differs when freq_scale != 1).
+     * src2 (optional, NULL = none): F32 freq_factors [n_rot/2], ggml_rope_ext's
+     * `c` tensor (llama3's rope_freqs.weight): pair i then uses
+     * theta_i = freq_scale * (t_i / freq_factors[i]), divided in float first as
+     * GGML does. */
     PL_OP_ROPE,
     /* Writes new K or V rows into the cache.
      * src0: F32 [kv_dim, n_tok]; src1: I32 pos [n_tok]; src2: I32 seq [n_tok];
@@ -112,6 +116,9 @@ typedef struct pl_op_schema {
     const char *name;              /* "matmul", "rms_norm", ... */
     const char *summary;           /* one line: what it computes */
     int n_src;
+    /* Bit i set: input i may be NULL (absent); the kernels then use its
+     * documented default. Inputs 0..n_src-1 are required otherwise. */
+    uint32_t optional_src;
     const char *src_names[PL_MAX_SRC];
     uint64_t src_dtypes[PL_MAX_SRC];  /* allowed dtypes per input (bit mask) */
     uint64_t dst_dtypes;

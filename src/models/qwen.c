@@ -111,6 +111,7 @@ pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
     const float eps = hp->rms_eps;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const int rope_mode = hp->rope_mode;
+    pl_tensor *rope_ff = m->rope_freqs ? W(m->rope_freqs) : NULL;      /* llama3 factors [n_rot/2] or none */
 
     pl_tensor *x = pl_op_get_rows(g, W(m->tok_embd), in->ids);           /* [E, n] */
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -129,10 +130,10 @@ pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
             q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->q_norm), eps);
             k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->k_norm), eps);
         }
-        q = pl_op_rope(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, (int)hp->n_rot, rope_mode,
-                       hp->rope_base, hp->rope_scale);                      /* [D, H, n] */
-        k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, rope_mode,
-                       hp->rope_base, hp->rope_scale);                      /* [D, G, n] */
+        q = pl_op_rope_ext(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, rope_ff, (int)hp->n_rot,
+                           rope_mode, hp->rope_base, hp->rope_scale);       /* [D, H, n] */
+        k = pl_op_rope_ext(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, rope_ff, (int)hp->n_rot,
+                           rope_mode, hp->rope_base, hp->rope_scale);       /* [D, G, n] */
         pl_tensor *kc = W(&m->k_cache[l]), *vc = W(&m->v_cache[l]);
         /* Quantized caches: K (and Q, inside attention) rotated by H_{k_rot},
          * V by H_{v_rot} and the output back (m->k_rot / v_rot, 0 = none;

@@ -3,6 +3,10 @@
  * no Q/K norms, normal RoPE) GGUF with random weights of the real shapes and
  * the real tokenizer (copied from a vocab-only GGUF), for benchmarks at
  * 0.6B-8B sizes and for tiny test fixtures. llama.cpp loads the result too.
+ * --rope-llama3 FACTOR:LOW:HIGH:CTX (llama only) adds rope_freqs.weight, the
+ * llama3 (Llama 3.1+) RoPE frequency factors, computed as llama.cpp's
+ * converter does from rope_scaling {factor, low_freq_factor,
+ * high_freq_factor, original_max_position_embeddings}.
  *
  * Weights: uniform in [-a, a] with a = sqrt(3 / fan_in) (unit-variance
  * activations through each projection), norms 1 + small noise. Every tensor is
@@ -44,6 +48,7 @@ typedef struct synth_tensor {
     int n_dims;
     uint64_t seed;
     bool is_norm;
+    const float *values;   /* fixed F32 content (rope_freqs), or NULL = random */
 } synth_tensor;
 
 typedef struct fill_job {
@@ -94,6 +99,10 @@ typedef struct fill_user {
 
 static pl_status fill_tensor(void *user, const char *name, void *dst, uint64_t size) {
     fill_user *u = user;
+    if (u->t->values) {
+        memcpy(dst, u->t->values, (size_t)size);
+        return PL_OK;
+    }
     fill_job j = {u->t, dst, pl_dtype_row_size(u->t->dtype, u->t->ne[0]), u->ctx->bufs};
     pl_threadpool_run(u->ctx->pool, fill_rows, &j);
     return PL_OK;
@@ -121,6 +130,27 @@ static int file_type_of(pl_dtype t) {
     }
 }
 
+/* llama3 RoPE frequency factors [head_dim/2], as llama.cpp's converter
+ * (LlamaModel.generate_extra_tensors): for pair i, freq = base^(-2i/dim) and
+ * wavelen = 2 pi / freq; factor 1 above the high-frequency cut
+ * (wavelen < ctx / high), `factor` below the low one (wavelen > ctx / low),
+ * and 1 / ((1 - smooth) / factor + smooth) between, smooth =
+ * (ctx / wavelen - low) / (high - low). */
+static void llama3_rope_factors(float *out, int64_t dim, double base, double factor, double low, double high,
+                                double ctx) {
+    const double low_wavelen = ctx / low, high_wavelen = ctx / high;
+    for (int64_t i = 0; i < dim / 2; i++) {
+        const float freq = (float)(1.0 / pow(base, (double)(2 * i) / (double)dim));
+        const double wavelen = 2.0 * 3.14159265358979323846 / (double)freq;
+        if (wavelen < high_wavelen) out[i] = 1.0f;
+        else if (wavelen > low_wavelen) out[i] = (float)factor;
+        else {
+            const double smooth = (ctx / wavelen - low) / (high - low);
+            out[i] = (float)(1.0 / ((1.0 - smooth) / factor + smooth));
+        }
+    }
+}
+
 static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
     snprintf(buf, cap, "%s.%s", arch, suffix);
     return buf;
@@ -128,13 +158,17 @@ static const char *akey(char *buf, size_t cap, const char *arch, const char *suf
 
 static int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v;
+    const char *rope_llama3 = NULL;
     long long seed = 1, threads = 0;
     bool bad = false, untied = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help")) {
             puts("usage: pocketllm synth --arch qwen3|llama --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
                  "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
+                 "                       [--rope-llama3 FACTOR:LOW:HIGH:CTX]\n"
                  "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
+                 "  --rope-llama3 (llama only): write rope_freqs.weight, llama3's RoPE frequency factors\n"
+                 "    (rope_scaling factor, low_freq_factor, high_freq_factor, original context; e.g. 32:1:4:8192)\n"
                  "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32)");
             return 0;
         } else if (!strcmp(argv[i], "--untied")) untied = true;
@@ -143,6 +177,7 @@ static int cmd_synth(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--type", &type, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--out", &out, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--vocab", &vocab, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--rope-llama3", &rope_llama3, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
@@ -159,6 +194,14 @@ static int cmd_synth(int argc, char **argv) {
         if (!strcmp(preset, presets[i].name)) { d = presets[i]; found = true; }
     if (!found && !parse_custom(preset, &d)) return pl_cli_error("synth: unknown preset '%s'", preset);
     if (untied) d.tied = false;
+    double r3[4] = {0};
+    if (rope_llama3) {
+        if (!llama) return pl_cli_error("synth: --rope-llama3 needs --arch llama");
+        if (sscanf(rope_llama3, "%lf:%lf:%lf:%lf", &r3[0], &r3[1], &r3[2], &r3[3]) != 4 || !(r3[0] >= 1) ||
+            !(r3[1] > 0) || !(r3[2] > r3[1]) || !(r3[3] >= 1) || !isfinite(r3[0] + r3[1] + r3[2] + r3[3]))
+            return pl_cli_error("synth: bad --rope-llama3 '%s' (FACTOR:LOW:HIGH:CTX, factor >= 1, 0 < low < high, "
+                                "ctx >= 1)", rope_llama3);
+    }
     pl_dtype wt;
     if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1)
         return pl_cli_error("synth: unsupported --type '%s'", type);
@@ -198,7 +241,7 @@ static int cmd_synth(int argc, char **argv) {
     }
 
     /* Tensor list in llama.cpp's converter order. */
-    size_t cap = (size_t)d.n_layer * 11 + 3, n = 0;
+    size_t cap = (size_t)d.n_layer * 11 + 4, n = 0;
     synth_tensor *ts = calloc(cap, sizeof *ts);
     fill_user *users = calloc(cap, sizeof *users);
     const int64_t E = d.n_embd, H = d.n_head, G = d.n_head_kv, D = d.head_dim, F = d.n_ff;
@@ -209,6 +252,14 @@ static int cmd_synth(int argc, char **argv) {
         t->dtype = (dt); t->n_dims = (nd); t->ne[0] = (a); t->ne[1] = (b);          \
         t->is_norm = (norm); t->seed = hash_name(t->name, (uint64_t)seed);          \
     } while (0)
+    float *rope_factors = NULL;
+    if (rope_llama3) {
+        /* first, as the converter yields its extra tensors first */
+        rope_factors = malloc((size_t)(D / 2) * sizeof *rope_factors);
+        llama3_rope_factors(rope_factors, D, 1000000.0, r3[0], r3[1], r3[2], r3[3]);
+        ADD_T(PL_F32, 1, D / 2, 1, false, "rope_freqs.weight");
+        ts[n - 1].values = rope_factors;
+    }
     ADD_T(wt, 2, E, V, false, "token_embd.weight");
     for (int64_t l = 0; l < d.n_layer; l++) {
         int li = (int)l;
@@ -256,6 +307,7 @@ done:
     pl_threadpool_free(sc.pool);
     free(ts);
     free(users);
+    free(rope_factors);
     pl_gguf_writer_free(w);
     pl_gguf_close(vg);
     return rc;

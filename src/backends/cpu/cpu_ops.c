@@ -237,6 +237,8 @@ pl_status pl_cpu_op_swiglu(pl_exec_ctx *ctx, const pl_node *node) {
 
 static void pl_rope_range(const pl_node *node, int64_t r0, int64_t r1) {
     const pl_tensor *x = node->src[0], *pos = node->src[1], *dst = node->dst;
+    /* llama3 frequency factors [half] (contiguous, checked by the schema) or NULL */
+    const float *ff = node->src[2] ? (const float *)node->src[2]->data : NULL;
     const int64_t head_dim = x->ne[0], n_head = x->ne[1];
     const int n_rot = node->iparams[0], half = n_rot / 2;
     const bool neox = node->iparams[1] == 2;
@@ -249,7 +251,7 @@ static void pl_rope_range(const pl_node *node, int64_t r0, int64_t r1) {
         if (t != cached_t) {
             float th = (float)pl_i32_at(pos, t);
             for (int i = 0; i < half; i++) {
-                const float theta = freq_scale * th;
+                const float theta = freq_scale * (ff ? th / ff[i] : th);
                 cs[2 * i] = cosf(theta);
                 cs[2 * i + 1] = sinf(theta);
                 th *= theta_scale;

@@ -215,9 +215,11 @@ pl_status pl_cu_swiglu(pl_cu_ctx *cu, const pl_node *node) {
  * Work item e of (t, h): e < n_rot/2 rotates pair e; the rest copy dims
  * n_rot.. D-1. theta of pair i = freq_scale * (pos * ts * ts ... i times), the
  * product iterated in float as GGML does, ts = powf(freq_base, -2/n_rot)
- * computed on the host (glibc powf, like the ref). */
+ * computed on the host (glibc powf, like the ref). ff: llama3 frequency
+ * factors [n_rot/2] or NULL; pair i then uses freq_scale * (th / ff[i]). */
 __global__ void k_rope(const char *__restrict__ x, size_t nb1, size_t nb2, const int32_t *__restrict__ pos,
-                       float *__restrict__ dst, int64_t D, int64_t H, int64_t T, int n_rot, bool neox,
+                       const float *__restrict__ ff, float *__restrict__ dst, int64_t D, int64_t H, int64_t T,
+                       int n_rot, bool neox,
                        float freq_scale, float theta_scale) {
     const int64_t half = n_rot / 2, per = half + (D - n_rot), total = T * H * per;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
@@ -232,6 +234,7 @@ __global__ void k_rope(const char *__restrict__ x, size_t nb1, size_t nb2, const
         }
         float th = (float)pos[t];
         for (int64_t i = 0; i < e; i++) th = __fmul_rn(th, theta_scale);
+        if (ff) th = __fdiv_rn(th, ff[e]);
         const float theta = __fmul_rn(freq_scale, th);
         const float c = cosf(theta), s = sinf(theta);
         const int64_t i0 = neox ? e : 2 * e, i1 = neox ? e + half : 2 * e + 1;
@@ -248,7 +251,9 @@ pl_status pl_cu_rope(pl_cu_ctx *cu, const pl_node *node) {
     const int64_t D = x->ne[0], H = x->ne[1], T = x->ne[2];
     const int64_t total = T * H * (n_rot / 2 + (D - n_rot));
     k_rope<<<ew_grid(total), PL_CU_EW_THREADS, 0, cu->stream>>>((const char *)x->data, x->nb[1], x->nb[2],
-                                                                 (const int32_t *)pos->data, (float *)dst->data, D, H,
+                                                                 (const int32_t *)pos->data,
+                                                                 node->src[2] ? (const float *)node->src[2]->data : NULL,
+                                                                 (float *)dst->data, D, H,
                                                                  T, n_rot, node->iparams[1] == 2, node->fparams[1],
                                                                  theta_scale);
     PL_CU_LAUNCHED("rope");

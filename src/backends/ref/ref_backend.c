@@ -157,9 +157,11 @@ static pl_status ref_swiglu(pl_exec_ctx *ctx, const pl_node *node) {
  * x F32 [head_dim, n_head, n_tok]; pos I32 [n_tok]; dst like x.
  * GGML (ggml_rope_cache_init + rope_yarn with ext_factor 0, mscale 1):
  *   t = (float)pos; for each pair i: theta = freq_scale * t; c = cosf(theta),
- *   s = sinf(theta); t *= powf(freq_base, -2.0f / n_rot). */
+ *   s = sinf(theta); t *= powf(freq_base, -2.0f / n_rot).
+ * With freq_factors ff (src2, [n_rot/2]): theta = freq_scale * (t / ff[i]),
+ * as ggml_rope_cache_init passes theta_extrap / ff to rope_yarn. */
 static pl_status ref_rope(pl_exec_ctx *ctx, const pl_node *node) {
-    const pl_tensor *x = node->src[0], *pos = node->src[1], *dst = node->dst;
+    const pl_tensor *x = node->src[0], *pos = node->src[1], *ff = node->src[2], *dst = node->dst;
     const int64_t head_dim = x->ne[0];
     const int n_rot = node->iparams[0];
     const bool neox = node->iparams[1] == 2;
@@ -173,7 +175,7 @@ static pl_status ref_rope(pl_exec_ctx *ctx, const pl_node *node) {
             float *yr = f32_at(dst, 0, h, t, 0);
             float theta_ext = p;
             for (int i = 0; i < half; i++) {
-                const float theta = freq_scale * theta_ext;
+                const float theta = freq_scale * (ff ? theta_ext / f32_at(ff, i, 0, 0, 0)[0] : theta_ext);
                 const float c = cosf(theta), s = sinf(theta);
                 theta_ext *= theta_scale;
                 /* normal: pair (2i, 2i+1); NeoX: pair (i, i + n_rot/2) */
