@@ -45,6 +45,8 @@ static const fixture fixtures[] = {
     {"tiny-qwen2-q4_k_m", 1.0f, 1.0f, NULL},
     {"tiny-llama-f16", 0.1f, 0.1f, NULL},
     {"tiny-llama-q4_k_m", 1.0f, 1.0f, NULL},
+    {"tiny-qwen3moe-f16", 0.1f, 0.1f, NULL},
+    {"tiny-qwen3moe-q4_k_m", 1.0f, 1.0f, NULL},
     /* The quantization ladder (q2_K, IQ and TQ files). tol 1.0 as for the other
      * quantized files: exact arithmetic on the decoded weights (ref) is measured
      * at up to 0.862 from llama.cpp (iq2_xxs; PROVENANCE.md's float64 pass found
