@@ -19,6 +19,7 @@
 #include "engine/model.h"
 #include "models/dense.h"
 #include "core/status.h"
+#include "gguf/gguf.h"
 #include <stdio.h>
 
 static const char *const qwen3moe_keys[] = {
@@ -57,12 +58,25 @@ static pl_status qwen3moe_load(pl_model *m) {
         return pl_errorf(PL_ERR_FORMAT, "%s: %s = %lld", m->file_name, key, (long long)hp->n_ff_exp);
     }
     const int64_t E = hp->n_embd, X = hp->n_expert, Fx = hp->n_ff_exp;
-    if (m->tok_embd && pl_gguf_find_tensor(m->gguf, "blk.0.ffn_gate_shexp.weight"))
+    if (pl_gguf_find_tensor(m->gguf, "blk.0.ffn_gate_shexp.weight"))
         return pl_errorf(PL_ERR_UNSUPPORTED, "%s: blk.0.ffn_gate_shexp.weight: a shared expert is not qwen3moe",
                          m->file_name);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         pl_layer_weights *L = &m->layers[l];
         const int li = (int)l;
+        /* the expert count first, with the key named (bind's message gives two dims) */
+        static const char *const all[4] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+        for (int i = 0; i < 4; i++) {
+            char tn[96];
+            snprintf(tn, sizeof tn, "blk.%d.%s.weight", li, all[i]);
+            const pl_gguf_tensor *gt = pl_gguf_find_tensor(m->gguf, tn);
+            const int64_t have = !gt ? X : i == 0 ? gt->ne[1] : gt->ne[2];
+            if (have != X) {
+                snprintf(key, sizeof key, "%s.expert_count", m->arch_name);
+                return pl_errorf(PL_ERR_FORMAT, "%s: tensor '%s' holds %lld experts, but %s = %lld", m->file_name, tn,
+                                 (long long)have, key, (long long)X);
+            }
+        }
         PL_TRY(pl_model_bind(m, &L->ffn_gate_inp, true, 0, 2, (int64_t[]){E, X}, "blk.%d.ffn_gate_inp.weight", li));
         PL_TRY(pl_model_bind(m, &L->ffn_gate_exps, true, 0, 3, (int64_t[]){E, Fx, X}, "blk.%d.ffn_gate_exps.weight", li));
         PL_TRY(pl_model_bind(m, &L->ffn_up_exps, true, 0, 3, (int64_t[]){E, Fx, X}, "blk.%d.ffn_up_exps.weight", li));
