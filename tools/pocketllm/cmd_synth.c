@@ -10,7 +10,8 @@
  * generated in parallel.
  *
  * The one subcommand that includes internal headers (core/threadpool.h,
- * gguf/gguf_write.h, quant/quant.h): it writes test checkpoints with the
+ * gguf/gguf_write.h, quant/quant.h; quant/quantize_mix.h and core/status.h for
+ * --type FILETYPE): it writes test checkpoints with the
  * library's GGUF writer and block encoders, which are not public API. Every
  * other file under tools/ reaches the engine through pocketllm.h only.
  */
