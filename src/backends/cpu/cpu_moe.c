@@ -82,6 +82,46 @@ static mmid_layout mmid_plan(const pl_node *node, int n_threads) {
 
 size_t pl_cpu_work_matmul_id(const pl_node *node, int n_threads) { return mmid_plan(node, n_threads).total + 64; }
 
+/* Decode (one token, x shared by its k slots): the experts' prepared
+ * matmuls run in groups of up to PL_CPU_MM_GROUP_MAX on the one activation
+ * row, converted once per group, one pool job per group instead of one per
+ * expert. Returns false (nothing written) when this does not apply: some
+ * expert without a prepared copy, or an expert chosen twice. The group
+ * kernel computes each matrix as the single-matmul path does, so the result
+ * is the per-expert path's bit for bit (test_cpu_backend checks). */
+static bool mmid_decode_grouped(pl_exec_ctx *ctx, const pl_node *node, pl_status *st) {
+    const pl_tensor *W = node->src[0], *x = node->src[1], *ids = node->src[2], *dst = node->dst;
+    const int64_t K = W->ne[0], N = W->ne[1], k = ids->ne[0];
+    const int32_t *id = ids->data;
+    if (ids->ne[1] != 1 || x->ne[1] != 1 || k > 64) return false;
+    pl_tensor wv[64], yv[64], xv;
+    const pl_cpu_packed *pk[64];
+    for (int64_t j = 0; j < k; j++) {
+        for (int64_t q = 0; q < j; q++)
+            if (id[q] == id[j]) return false;
+        pl_cpu_expert_view(W, id[j], &wv[j]);
+        pk[j] = pl_cpu_packed_find(ctx, &wv[j]);
+        if (!pk[j]) return false;
+    }
+    pl_tensor_init(&xv, PL_F32, 2, (int64_t[]){K, 1}, pl_tensor_row(x, 0, 0, 0));
+    pl_node nodes[64];
+    const pl_node *np[PL_CPU_MM_GROUP_MAX];
+    const pl_cpu_packed *pp[PL_CPU_MM_GROUP_MAX];
+    *st = PL_OK;
+    for (int64_t j0 = 0; j0 < k && *st == PL_OK; j0 += PL_CPU_MM_GROUP_MAX) {
+        const int n = (int)(k - j0 < PL_CPU_MM_GROUP_MAX ? k - j0 : PL_CPU_MM_GROUP_MAX);
+        for (int i = 0; i < n; i++) {
+            const int64_t j = j0 + i;
+            pl_tensor_init(&yv[j], PL_F32, 2, (int64_t[]){N, 1}, pl_tensor_row(dst, j, 0, 0));
+            nodes[j] = (pl_node){.op = PL_OP_MATMUL, .src = {&wv[j], &xv}, .dst = &yv[j]};
+            np[i] = &nodes[j];
+            pp[i] = pk[j];
+        }
+        *st = pl_cpu_matmul_packed_group(ctx, np, pp, n, NULL);
+    }
+    return true;
+}
+
 pl_status pl_cpu_op_matmul_id(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *W = node->src[0], *x = node->src[1], *ids = node->src[2], *dst = node->dst;
     const int64_t K = W->ne[0], N = W->ne[1], X = W->ne[2], k = ids->ne[0], nt = ids->ne[1], P = k * nt;
@@ -89,6 +129,8 @@ pl_status pl_cpu_op_matmul_id(pl_exec_ctx *ctx, const pl_node *node) {
     if (x->nb[0] != sizeof(float) || !pl_tensor_is_contiguous(dst) || !pl_tensor_is_contiguous(ids))
         return pl_errorf(PL_ERR_UNSUPPORTED, "matmul_id (cpu): dst and ids must be contiguous and x rows dense");
     PL_TRY(check_ids("matmul_id", ids, X));
+    pl_status gst;
+    if (mmid_decode_grouped(ctx, node, &gst)) return gst;
     const mmid_layout L = mmid_plan(node, ctx->n_threads);
     pl_cpu_scratch s;
     PL_TRY(pl_cpu_scratch_get(ctx, L.total, &s));
