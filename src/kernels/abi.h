@@ -91,7 +91,9 @@ typedef enum pl_op {
      * Router top-k: the k experts of largest softmax probability per token.
      * src0: logits F32 [n_expert, n_tok] (rows may be strided);
      * dst: I32 ids [k, n_tok], in descending probability; equal
-     * probabilities keep the lower expert index first. iparams[0] = k.
+     * probabilities keep the lower expert index first (llama.cpp's argsort,
+     * a std::sort, does so for up to 16 experts, where it is an insertion
+     * sort; beyond that its order of ties is unspecified). iparams[0] = k.
      * Probabilities as GGML's soft_max (float exp of x - max, sum, scale). */
     PL_OP_MOE_TOPK,
     /* Expert-indexed matmul (GGML's mul_mat_id):

@@ -29,8 +29,11 @@ static inline void pl_moe_softmax(const float *x, int64_t n, float *p) {
     for (int64_t i = 0; i < n; i++) p[i] *= scale;
 }
 
-/* ids[0..k) = indices of the k largest p, descending; on equal values the
- * lower index comes first. A NaN never wins over a number. O(n k), k small. */
+/* ids[0..k) = indices of the k largest p, descending, as llama.cpp's
+ * ggml_argsort_top_k (argsort descending, first k); on equal values the
+ * lower index comes first (what its std::sort gives for n <= 16; for more
+ * experts its tie order is unspecified). A NaN never wins over a number.
+ * O(n k), k small. */
 static inline void pl_moe_topk(const float *p, int64_t n, int k, int32_t *ids) {
     for (int j = 0; j < k; j++) {
         int64_t best = -1;
