@@ -123,6 +123,15 @@ static void moe_ff_64(pl_gguf_writer *w, const pl_gguf *g) {
     (void)g;
     set_moe_u32(w, "qwen3moe.expert_feed_forward_length", 64);
 }
+/* no expert_feed_forward_length: llama.cpp derives feed_forward_length / expert_used_count */
+static void moe_ff_derived(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    set_moe_u32(w, "qwen3moe.feed_forward_length", 256);   /* 256 / 2 used = the fixture's 128 */
+}
+static void moe_w_scale(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    pl_gguf_writer_add_f32(w, "qwen3moe.expert_weights_scale", 2.5f);
+}
 /* blk.1.ffn_down_exps with its first 4 of 8 experts only */
 static void moe_down_4(pl_gguf_writer *w, const pl_gguf *g) {
     const pl_gguf_tensor *t = pl_gguf_find_tensor(g, "blk.1.ffn_down_exps.weight");
@@ -261,6 +270,21 @@ int main(void) {
     expect_load_error("moe down with 4 experts", PL_ERR_FORMAT, "'blk.1.ffn_down_exps.weight' holds 4 experts");
     rewrite(NULL, "blk.0.ffn_up_exps.weight", moe_up_reshaped, NULL);
     expect_load_error("moe up of a wrong shape", PL_ERR_FORMAT, "'blk.0.ffn_up_exps.weight' has shape");
+    rewrite("qwen3moe.expert_feed_forward_length", NULL, NULL, NULL);   /* derived: 768 / 2 */
+    expect_load_error("moe expert ff derived 768/2", PL_ERR_FORMAT, "'blk.0.ffn_gate_exps.weight' has shape");
+    rewrite(NULL, NULL, moe_w_scale, NULL);
+    expect_load_error("moe expert_weights_scale", PL_ERR_UNSUPPORTED, "qwen3moe.expert_weights_scale = 2.5");
+    rewrite("qwen3moe.expert_feed_forward_length", NULL, moe_ff_derived, NULL);
+    {
+        pl_model *m = NULL;
+        pl_model_params p = pl_model_default_params();
+        p.device = "ref";
+        p.n_ctx = 64;
+        pl_status st = pl_model_load(tmp_path, &p, &m);
+        CHECK(st == PL_OK, "moe without expert_feed_forward_length, feed_forward_length 256 / 2 used: %s",
+              pl_last_error());
+        pl_model_free(m);
+    }
     rewrite(NULL, "blk.1.ffn_gate_inp.weight", NULL, NULL);
     expect_load_error("moe no router", PL_ERR_FORMAT, "missing tensor 'blk.1.ffn_gate_inp.weight'");
     rewrite(NULL, NULL, NULL, NULL);

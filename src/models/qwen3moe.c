@@ -28,7 +28,8 @@ static const char *const qwen3moe_keys[] = {
     "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
     "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
     "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor",
-    "{arch}.expert_count", "{arch}.expert_used_count", "{arch}.expert_feed_forward_length", NULL};
+    "{arch}.expert_count", "{arch}.expert_used_count", "{arch}.expert_feed_forward_length",
+    "{arch}.expert_weights_scale", NULL};
 
 /* An expert op this backend must run; refused at load, not mid-forward. */
 static pl_status need_kernel(pl_model *m, pl_op op, pl_dtype key, const char *tensor) {
@@ -43,7 +44,24 @@ static pl_status qwen3moe_load(pl_model *m) {
     char key[160];
     PL_TRY(pl_model_hp_int(m, "expert_count", true, 0, &hp->n_expert));
     PL_TRY(pl_model_hp_int(m, "expert_used_count", true, 0, &hp->n_expert_used));
-    PL_TRY(pl_model_hp_int(m, "expert_feed_forward_length", true, 0, &hp->n_ff_exp));
+    /* as llama.cpp: without expert_feed_forward_length an expert is
+     * feed_forward_length / expert_used_count wide */
+    PL_TRY(pl_model_hp_int(m, "expert_feed_forward_length", false, 0, &hp->n_ff_exp));
+    if (!hp->n_ff_exp && hp->n_expert_used > 0) {
+        int64_t n_ff = 0;
+        PL_TRY(pl_model_hp_int(m, "feed_forward_length", false, 0, &n_ff));
+        hp->n_ff_exp = n_ff / hp->n_expert_used;
+        if (!hp->n_ff_exp)
+            return pl_errorf(PL_ERR_FORMAT, "%s: missing hyperparameter '%s.expert_feed_forward_length' (and no "
+                             "feed_forward_length to derive it from)", m->file_name, m->arch_name);
+    }
+    /* llama.cpp multiplies the expert weights by this when it is not 0 or 1;
+     * no qwen3moe release sets it */
+    float w_scale = 0.0f;
+    PL_TRY(pl_model_hp_float(m, "expert_weights_scale", false, 0.0f, &w_scale));
+    if (w_scale != 0.0f && w_scale != 1.0f)
+        return pl_errorf(PL_ERR_UNSUPPORTED, "%s: %s.expert_weights_scale = %g is not supported (0 or 1 are)",
+                         m->file_name, m->arch_name, (double)w_scale);
     if (hp->n_expert < 1 || hp->n_expert > 4096) {
         snprintf(key, sizeof key, "%s.expert_count", m->arch_name);
         return pl_errorf(PL_ERR_FORMAT, "%s: %s = %lld (must be 1..4096)", m->file_name, key, (long long)hp->n_expert);
