@@ -608,6 +608,94 @@ static void test_ladder_iq_tiles(void) {
     }
 }
 
+/* matmul_id with prepared 3-D expert weights [K, N, X] (each expert packed
+ * as its own weight, cpu_repack.c): against ref, against the same context
+ * without preparation, one token at a time == the batch bit for bit (tokens
+ * grouped by expert must not change a token's numbers), ids checked. */
+static void test_prepared_matmul_id(pl_dtype dt, int64_t K, int64_t N, int64_t X, int64_t k) {
+    pl_rng r = {(uint64_t)dt * 104729 + (uint64_t)K + (uint64_t)X};
+    const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)(N * X);
+    float *wf = malloc((size_t)K * sizeof(float));
+    char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    for (int64_t n = 0; n < N * X; n++) {
+        pl_fill_normal(&r, wf, K, 1.0f);
+        fill_row(&r, dt, wf, wq + (size_t)n * row, K);
+    }
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 3, (int64_t[]){K, N, X}, wq);
+    const int64_t T = 29;   /* tokens */
+    float *x = malloc((size_t)(K * T) * sizeof(float));
+    pl_fill_normal(&r, x, K * T, 1.0f);
+    int32_t *ids = malloc((size_t)(k * T) * sizeof *ids);
+    for (int64_t t = 0; t < T; t++)   /* distinct experts per token, all experts used, one expert by most */
+        for (int64_t j = 0; j < k; j++) ids[t * k + j] = (int32_t)(j == 0 ? (t % 3 ? 1 : t % X) : (t + 2 * j) % X);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 1; j < k; j++)
+            if (ids[t * k + j] == ids[t * k]) ids[t * k + j] = (ids[t * k + j] + 1 + (int32_t)k) % (int32_t)X;
+    const size_t ny = (size_t)(N * k * T);
+    float *y_ref = malloc(ny * 4), *y_plain = malloc(ny * 4), *y_prep = malloc(ny * 4), *y_one = malloc((size_t)(N * k) * 4);
+    pl_tensor tx, tid, ty;
+    pl_tensor_init(&tx, PL_F32, 3, (int64_t[]){K, 1, T}, x);
+    pl_tensor_init(&tid, PL_I32, 2, (int64_t[]){k, T}, ids);
+    pl_tensor_init(&ty, PL_F32, 3, (int64_t[]){N, k, T}, y_ref);
+    pl_node nd = {.op = PL_OP_MATMUL_ID, .src = {&w, &tx, &tid}, .dst = &ty};
+    CHECK(pl_node_validate(&nd) == PL_OK, "matmul_id node: %s", pl_last_error());
+    const pl_kernel *kn = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL_ID, dt);
+    CHECK(kn != NULL, "cpu matmul_id for %s", pl_dtype_name(dt));
+    if (!kn) return;
+    const size_t work = kn->work_size(&nd, 2);
+    CHECK(run_ref(&nd) == PL_OK, "ref matmul_id %s", pl_dtype_name(dt));
+    pl_exec_ctx *plain = cpu_ctx(2, work), *prep = cpu_ctx(2, work);
+    ty.data = y_plain;
+    CHECK(run_on(&pl_backend_cpu, plain, &nd) == PL_OK, "plain cpu matmul_id: %s", pl_last_error());
+    const double e_plain_ref = pl_nmse(y_plain, y_ref, (int64_t)ny);
+    CHECK(e_plain_ref < 5e-4 && e_plain_ref == e_plain_ref, "%s: unprepared matmul_id vs ref nmse %g", pl_dtype_name(dt),
+          e_plain_ref);
+    const size_t psz = pl_backend_cpu.weight_prepare_size(prep, &w);
+    if (!psz) {
+        printf("prepared matmul_id %s: no prepared layout here (skipped)\n", pl_dtype_name(dt));
+    } else {
+        copy_log log = {wq, wbytes, calloc(wbytes, 1)};
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, on_copied, &log) == PL_OK, "prepare experts %s", pl_dtype_name(dt));
+        size_t missed = 0;
+        for (size_t i = 0; i < wbytes; i++) missed += !log.seen[i];
+        CHECK(missed == 0, "%s experts: copied() reported every byte (%zu missed)", pl_dtype_name(dt), missed);
+        free(log.seen);
+        bool all = true;
+        for (int64_t e = 0; e < X; e++) {
+            pl_tensor v;
+            pl_cpu_expert_view(&w, e, &v);
+            all &= pl_cpu_packed_find(prep, &v) != NULL;
+        }
+        CHECK(all, "%s: every expert's copy is found by its view", pl_dtype_name(dt));
+        ty.data = y_prep;
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared cpu matmul_id: %s", pl_last_error());
+        const double e_ref = pl_nmse(y_prep, y_ref, (int64_t)ny), e_plain = pl_nmse(y_prep, y_plain, (int64_t)ny);
+        CHECK(e_ref < 5e-4 && e_ref == e_ref, "%s K=%lld N=%lld X=%lld: prepared matmul_id vs ref nmse %g",
+              pl_dtype_name(dt), (long long)K, (long long)N, (long long)X, e_ref);
+        CHECK(e_plain < 1e-9, "%s: prepared vs unprepared matmul_id nmse %g", pl_dtype_name(dt), e_plain);
+        bool same = true;
+        for (int64_t t = 0; t < T && same; t++) {
+            pl_tensor x1, i1, y1;
+            pl_tensor_init(&x1, PL_F32, 3, (int64_t[]){K, 1, 1}, x + t * K);
+            pl_tensor_init(&i1, PL_I32, 2, (int64_t[]){k, 1}, ids + t * k);
+            pl_tensor_init(&y1, PL_F32, 3, (int64_t[]){N, k, 1}, y_one);
+            pl_node n1 = {.op = PL_OP_MATMUL_ID, .src = {&w, &x1, &i1}, .dst = &y1};
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "prepared matmul_id, one token");
+            same = memcmp(y_one, y_prep + t * N * k, (size_t)(N * k) * 4) == 0;
+        }
+        CHECK(same, "%s: one token alone gives bit for bit its result in the batch", pl_dtype_name(dt));
+    }
+    ids[5] = (int32_t)X;
+    ty.data = y_prep;
+    CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_ERR_INVALID_ARG, "cpu matmul_id refuses expert id %lld of %lld",
+          (long long)X, (long long)X);
+    cpu_ctx_free(plain);
+    cpu_ctx_free(prep);
+    free(wf); free(wq); free(x); free(ids); free(y_ref); free(y_plain); free(y_prep); free(y_one);
+}
+
 int main(void) {
     printf("cpu: %s; prepared kernels %s\n", pl_cpu_features_get()->description,
            pl_cpu_has_vnni512() ? "on" : "off (this cpu lacks AVX-512 VNNI)");
@@ -631,6 +719,13 @@ int main(void) {
     test_prepared_matmul(PL_TQ2_0, 768, 40);   /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_TQ1_0, 512, 48);
     test_prepared_matmul(PL_TQ1_0, 1280, 136); /* an odd block count, a padded last panel */
+    /* qwen3moe experts: the types Q4_K_M gives them (q4_K gate/up, q6_K down
+     * or its q5_0 / q8_0 fallbacks for 128-wide rows) and f16 */
+    test_prepared_matmul_id(PL_Q4_K, 256, 128, 8, 2);
+    test_prepared_matmul_id(PL_Q6_K, 512, 72, 6, 3);   /* a padded last panel */
+    test_prepared_matmul_id(PL_F16, 128, 256, 8, 2);
+    test_prepared_matmul_id(PL_Q5_0, 128, 256, 8, 2);
+    test_prepared_matmul_id(PL_Q8_0, 128, 256, 8, 2);  /* no prepared layout: the plain kernels */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);

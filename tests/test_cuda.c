@@ -85,7 +85,11 @@ static void test_table(void) {
     for (int op = 0; op < PL_OP_COUNT; op++) {
         bool any = false;
         for (size_t i = 0; i < b->n_kernels; i++) any = any || b->kernels[i].op == (pl_op)op;
-        CHECK(any, "cuda has no kernel for op %s", pl_op_name((pl_op)op));
+        /* the MoE ops (qwen3moe) have no cuda kernels yet: models/qwen3moe.c
+         * refuses a cuda load naming the op, before any device work */
+        const bool moe = op == PL_OP_MOE_TOPK || op == PL_OP_MATMUL_ID || op == PL_OP_MOE_COMBINE;
+        if (moe) CHECK(!any, "cuda lists %s: update qwen3moe's refusal and this test", pl_op_name((pl_op)op));
+        else CHECK(any, "cuda has no kernel for op %s", pl_op_name((pl_op)op));
     }
     for (size_t i = 0; i < b->n_kernels; i++) {
         const pl_kernel *k = &b->kernels[i];

@@ -984,9 +984,11 @@ static void save_mini(const char *dir, const char *fixture, const char *name, ui
     for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
         const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
         const pl_dtype_traits *tr = pl_dtype_get(t->dtype);
-        int64_t ne[4] = {tr->block_size == 1 ? 16 : tr->block_size, 1, 1, 1};
+        /* 3-D expert tensors (qwen3moe) keep two experts of one block row */
+        const int64_t n_exp = t->n_dims == 3 && t->ne[2] > 1 ? 2 : 1;
+        int64_t ne[4] = {tr->block_size == 1 ? 16 : tr->block_size, 1, n_exp, 1};
         CHECK(pl_gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, ne, t->data, tr->type_size *
-                                        (tr->block_size == 1 ? 16 : 1)) == PL_OK, "%s", pl_last_error());
+                                        (tr->block_size == 1 ? 16 : 1) * (size_t)n_exp) == PL_OK, "%s", pl_last_error());
     }
     save_writer(dir, name, w);
     pl_gguf_close(g);
@@ -1018,6 +1020,7 @@ static void write_seeds(const char *dir) {
     save_mini(dir, "models/tiny-qwen3-iq2_xs.gguf", "mini-qwen3-iq2_xs.gguf", 8);
     save_mini(dir, "models/tiny-qwen2-f16.gguf", "mini-qwen2-f16.gguf", 8);
     save_mini(dir, "models/tiny-imatrix.gguf", "mini-imatrix.gguf", 8);
+    save_mini(dir, "models/tiny-qwen3moe-f16.gguf", "mini-qwen3moe-f16.gguf", 8);
     printf("wrote fuzz seeds to %s\n", dir);
 }
 

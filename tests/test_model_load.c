@@ -128,6 +128,44 @@ static void add_q_bias_only(pl_gguf_writer *w, const pl_gguf *g) {
     pl_gguf_writer_add_tensor(w, "blk.0.attn_q.bias", PL_F32, 1, (int64_t[]){256, 1, 1, 1}, g_bias, sizeof g_bias);
 }
 
+/* qwen3moe (src/models/qwen3moe.c): expert counts that disagree with each
+ * other or with the tensors are refused, naming the key or tensor. */
+static void set_moe_u32(pl_gguf_writer *w, const char *key, uint32_t v) {
+    pl_gguf_writer_remove_key(w, key);
+    pl_gguf_writer_add_u32(w, key, v);
+}
+static void moe_used_9(pl_gguf_writer *w, const pl_gguf *g) { (void)g; set_moe_u32(w, "qwen3moe.expert_used_count", 9); }
+static void moe_used_0(pl_gguf_writer *w, const pl_gguf *g) { (void)g; set_moe_u32(w, "qwen3moe.expert_used_count", 0); }
+static void moe_count_4(pl_gguf_writer *w, const pl_gguf *g) { (void)g; set_moe_u32(w, "qwen3moe.expert_count", 4); }
+static void moe_count_16(pl_gguf_writer *w, const pl_gguf *g) { (void)g; set_moe_u32(w, "qwen3moe.expert_count", 16); }
+static void moe_ff_64(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    set_moe_u32(w, "qwen3moe.expert_feed_forward_length", 64);
+}
+/* no expert_feed_forward_length: llama.cpp derives feed_forward_length / expert_used_count */
+static void moe_ff_derived(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    set_moe_u32(w, "qwen3moe.feed_forward_length", 256);   /* 256 / 2 used = the fixture's 128 */
+}
+static void moe_w_scale(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
+    pl_gguf_writer_add_f32(w, "qwen3moe.expert_weights_scale", 2.5f);
+}
+/* blk.1.ffn_down_exps with its first 4 of 8 experts only */
+static void moe_down_4(pl_gguf_writer *w, const pl_gguf *g) {
+    const pl_gguf_tensor *t = pl_gguf_find_tensor(g, "blk.1.ffn_down_exps.weight");
+    if (!t) return;
+    int64_t ne[4] = {t->ne[0], t->ne[1], 4, 1};
+    pl_gguf_writer_add_tensor(w, t->name, t->dtype, 3, ne, t->data, t->size / 2);
+}
+/* blk.0.ffn_up_exps as [2 E, Fx / 2, X]: the same bytes, a wrong shape */
+static void moe_up_reshaped(pl_gguf_writer *w, const pl_gguf *g) {
+    const pl_gguf_tensor *t = pl_gguf_find_tensor(g, "blk.0.ffn_up_exps.weight");
+    if (!t) return;
+    int64_t ne[4] = {t->ne[0] * 2, t->ne[1] / 2, t->ne[2], 1};
+    pl_gguf_writer_add_tensor(w, t->name, t->dtype, 3, ne, t->data, t->size);
+}
+
 static void expect_load_error(const char *what, pl_status want, const char *phrase) {
     pl_model *m = NULL;
     pl_model_params p = pl_model_default_params();
@@ -247,6 +285,50 @@ int main(void) {
         p.n_ctx = 64;
         pl_status st = pl_model_load(tmp_path, &p, &m);
         CHECK(st == PL_OK, "llama with linear rope scaling loads: %s", pl_last_error());
+        pl_model_free(m);
+    }
+    SRC = "models/tiny-qwen3moe-f16.gguf";
+    rewrite(NULL, NULL, moe_used_9, NULL);
+    expect_load_error("moe used 9 of 8", PL_ERR_FORMAT, "qwen3moe.expert_used_count = 9");
+    rewrite(NULL, NULL, moe_used_0, NULL);
+    expect_load_error("moe used 0", PL_ERR_FORMAT, "qwen3moe.expert_used_count = 0");
+    rewrite(NULL, NULL, moe_count_4, NULL);
+    expect_load_error("moe count 4 vs tensors", PL_ERR_FORMAT, "'blk.0.ffn_gate_inp.weight' holds 8 experts");
+    rewrite(NULL, NULL, moe_count_16, NULL);
+    expect_load_error("moe count 16 vs tensors", PL_ERR_FORMAT, "qwen3moe.expert_count = 16");
+    rewrite("qwen3moe.expert_count", NULL, NULL, NULL);
+    expect_load_error("moe no expert_count", PL_ERR_FORMAT, "missing hyperparameter 'qwen3moe.expert_count'");
+    rewrite(NULL, NULL, moe_ff_64, NULL);
+    expect_load_error("moe expert ff 64", PL_ERR_FORMAT, "'blk.0.ffn_gate_exps.weight' has shape");
+    rewrite(NULL, "blk.1.ffn_down_exps.weight", moe_down_4, NULL);
+    expect_load_error("moe down with 4 experts", PL_ERR_FORMAT, "'blk.1.ffn_down_exps.weight' holds 4 experts");
+    rewrite(NULL, "blk.0.ffn_up_exps.weight", moe_up_reshaped, NULL);
+    expect_load_error("moe up of a wrong shape", PL_ERR_FORMAT, "'blk.0.ffn_up_exps.weight' has shape");
+    rewrite("qwen3moe.expert_feed_forward_length", NULL, NULL, NULL);   /* derived: 768 / 2 */
+    expect_load_error("moe expert ff derived 768/2", PL_ERR_FORMAT, "'blk.0.ffn_gate_exps.weight' has shape");
+    rewrite(NULL, NULL, moe_w_scale, NULL);
+    expect_load_error("moe expert_weights_scale", PL_ERR_UNSUPPORTED, "qwen3moe.expert_weights_scale = 2.5");
+    rewrite("qwen3moe.expert_feed_forward_length", NULL, moe_ff_derived, NULL);
+    {
+        pl_model *m = NULL;
+        pl_model_params p = pl_model_default_params();
+        p.device = "ref";
+        p.n_ctx = 64;
+        pl_status st = pl_model_load(tmp_path, &p, &m);
+        CHECK(st == PL_OK, "moe without expert_feed_forward_length, feed_forward_length 256 / 2 used: %s",
+              pl_last_error());
+        pl_model_free(m);
+    }
+    rewrite(NULL, "blk.1.ffn_gate_inp.weight", NULL, NULL);
+    expect_load_error("moe no router", PL_ERR_FORMAT, "missing tensor 'blk.1.ffn_gate_inp.weight'");
+    rewrite(NULL, NULL, NULL, NULL);
+    {
+        pl_model *m = NULL;
+        pl_model_params p = pl_model_default_params();
+        p.device = "ref";
+        p.n_ctx = 64;
+        pl_status st = pl_model_load(tmp_path, &p, &m);
+        CHECK(st == PL_OK, "an unchanged copy of the moe fixture loads: %s", pl_last_error());
         pl_model_free(m);
     }
     SRC = "models/tiny-qwen3-f32.gguf";

@@ -407,6 +407,85 @@ static int gen_attention(op_case *cs, pl_dtype key, pl_rng *r) {
     return n;
 }
 
+/* ---- mixture of experts ---------------------------------------------------
+ * Router logits have deliberate ties (a repeated column, so top-k's tie rule
+ * is exercised) and some tokens route several slots to one expert only when
+ * the ids are picked directly (matmul_id / combine take any valid ids). */
+static void moe_fill_ids(pl_tensor *ids, pl_rng *r, int64_t n_exp) {
+    const int64_t k = ids->ne[0];
+    for (int64_t t = 0; t < ids->ne[1]; t++)
+        for (int64_t j = 0; j < k; j++) {
+            /* distinct per token as top-k gives; the first token uses the
+             * last expert so the end of W is read */
+            int32_t e = t == 0 && j == 0 ? (int32_t)(n_exp - 1) : (int32_t)pl_rng_int(r, 0, n_exp - 1);
+            for (int64_t q = 0; q < j; q++)
+                if (((int32_t *)ids->data)[t * k + q] == e) { e = (e + 1) % (int32_t)n_exp; q = -1; }
+            ((int32_t *)ids->data)[t * k + j] = e;
+        }
+}
+
+static int gen_moe_topk(op_case *cs, pl_rng *r) {
+    int n = 0;
+    static const int cfg[][3] = {{8, 2, 1}, {8, 2, 7}, {128, 8, 5}, {60, 4, 33}, {4, 4, 3}};
+    for (int i = 0; i < 5; i++) {
+        const int64_t ne = cfg[i][0], k = cfg[i][1], nt = cfg[i][2];
+        const size_t pad = i % 2 ? 12 : 0;
+        op_case *c = new_case(cs, &n, PL_OP_MOE_TOPK, PL_F32);
+        snprintf(c->desc, sizeof c->desc, "n_expert=%lld k=%lld n_tok=%lld%s", (long long)ne, (long long)k,
+                 (long long)nt, pad ? " strided" : "");
+        pl_tensor *lg = mk(c, 0, PL_F32, 2, ne, nt, 1, pad);
+        fill_f32(lg, r, 2.0f);
+        for (int64_t t = 0; t < nt; t++) *f32p(lg, ne - 1, t, 0) = *f32p(lg, t % ne, t, 0); /* a tie */
+        mk(c, DST, PL_I32, 2, k, nt, 1, 0);
+        c->node.iparams[0] = (int32_t)k;
+        seal(c);
+    }
+    return n;
+}
+
+static int gen_matmul_id(op_case *cs, pl_dtype key, pl_rng *r) {
+    int n = 0;
+    const int64_t bs = pl_dtype_get(key)->block_size;
+    /* K, N, n_expert, k, n_tok, shared x (n_x = 1) */
+    static const int cfg[][6] = {{0, 16, 4, 2, 1, 1}, {0, 17, 8, 2, 7, 0}, {1, 64, 8, 3, 9, 1}, {1, 32, 6, 2, 33, 0},
+                                 {0, 48, 3, 3, 2, 1}};
+    for (int i = 0; i < 5; i++) {
+        const int64_t K = cfg[i][0] ? 512 : (bs == 1 ? 40 : bs == 32 ? 64 : 256), N = cfg[i][1], ne = cfg[i][2],
+                      k = cfg[i][3], nt = cfg[i][4];
+        const bool shared = cfg[i][5];
+        const size_t xpad = i % 2 ? 16 : 0, wpad = i == 4 ? 8 : 0;
+        op_case *c = new_case(cs, &n, PL_OP_MATMUL_ID, key);
+        snprintf(c->desc, sizeof c->desc, "K=%lld N=%lld n_expert=%lld k=%lld n_tok=%lld%s%s%s", (long long)K,
+                 (long long)N, (long long)ne, (long long)k, (long long)nt, shared ? " shared-x" : "",
+                 xpad ? " x-strided" : "", wpad ? " W-strided" : "");
+        pl_fill_rows(mk(c, 0, key, 3, K, N, ne, wpad), r, 1.0f);
+        fill_f32(mk(c, 1, PL_F32, 3, K, shared ? 1 : k, nt, xpad), r, 1.0f);
+        moe_fill_ids(mk(c, 2, PL_I32, 2, k, nt, 1, 0), r, ne);
+        mk(c, DST, PL_F32, 3, N, k, nt, 0);
+        seal(c);
+    }
+    return n;
+}
+
+static int gen_moe_combine(op_case *cs, pl_rng *r) {
+    int n = 0;
+    static const int cfg[][5] = {{64, 8, 2, 1, 1}, {256, 8, 2, 7, 0}, {100, 128, 8, 5, 1}, {32, 4, 4, 33, 1}};
+    for (int i = 0; i < 4; i++) {
+        const int64_t E = cfg[i][0], ne = cfg[i][1], k = cfg[i][2], nt = cfg[i][3];
+        const size_t pad = i % 2 ? 8 : 0;
+        op_case *c = new_case(cs, &n, PL_OP_MOE_COMBINE, PL_F32);
+        snprintf(c->desc, sizeof c->desc, "E=%lld n_expert=%lld k=%lld n_tok=%lld norm=%d%s", (long long)E,
+                 (long long)ne, (long long)k, (long long)nt, cfg[i][4], pad ? " strided" : "");
+        fill_f32(mk(c, 0, PL_F32, 3, E, k, nt, pad), r, 1.0f);
+        fill_f32(mk(c, 1, PL_F32, 2, ne, nt, 1, pad ? 4 : 0), r, 2.0f);
+        moe_fill_ids(mk(c, 2, PL_I32, 2, k, nt, 1, 0), r, ne);
+        mk(c, DST, PL_F32, 2, E, nt, 1, 0);
+        c->node.iparams[0] = cfg[i][4];
+        seal(c);
+    }
+    return n;
+}
+
 static int gen_cases(pl_op op, pl_dtype key, op_case *cs, pl_rng *r) {
     switch (op) {
     case PL_OP_GET_ROWS: return gen_get_rows(cs, key, r);
@@ -417,6 +496,9 @@ static int gen_cases(pl_op op, pl_dtype key, op_case *cs, pl_rng *r) {
     case PL_OP_ROPE: return gen_rope(cs, r);
     case PL_OP_KV_STORE: return gen_kv_store(cs, key, r);
     case PL_OP_ATTENTION: return gen_attention(cs, key, r);
+    case PL_OP_MOE_TOPK: return gen_moe_topk(cs, r);
+    case PL_OP_MATMUL_ID: return gen_matmul_id(cs, key, r);
+    case PL_OP_MOE_COMBINE: return gen_moe_combine(cs, r);
     default: return 0;
     }
 }
@@ -550,14 +632,21 @@ static float *output_values(const op_case *c, const unsigned char *buf, int64_t 
     float *v = malloc((size_t)n * sizeof *v);
     int64_t k = 0;
     for (int64_t i2 = 0; i2 < t.ne[2]; i2++)
-        for (int64_t i1 = 0; i1 < t.ne[1]; i1++, k += t.ne[0])
+        for (int64_t i1 = 0; i1 < t.ne[1]; i1++, k += t.ne[0]) {
+            if (t.dtype == PL_I32) {   /* ids (moe_topk): exact, as floats (+1 so id 0 counts) */
+                const int32_t *row = pl_tensor_row(&t, i1, i2, 0);
+                for (int64_t i = 0; i < t.ne[0]; i++) v[k + i] = (float)row[i] + 1.0f;
+                continue;
+            }
             pl_dequantize_row(t.dtype, pl_tensor_row(&t, i1, i2, 0), v + k, t.ne[0]);
+        }
     *n_out = n;
     return v;
 }
 
 static double threshold(pl_op op, pl_dtype key) {
-    if ((op == PL_OP_MATMUL || op == PL_OP_ATTENTION) && key != PL_F32) return 5e-4;
+    if ((op == PL_OP_MATMUL || op == PL_OP_MATMUL_ID || op == PL_OP_ATTENTION) && key != PL_F32) return 5e-4;
+    if (op == PL_OP_MOE_TOPK) return 0.0;   /* the same experts, exactly */
     return 1e-7;
 }
 
@@ -586,12 +675,13 @@ static double nmse_vs_rounded_ref(op_case *c, const pl_kernel *rk, pl_exec_ctx *
     unsigned char *saved = malloc(total);
     void *q = malloc(qrow);
     memcpy(saved, b->base, total);
-    for (int64_t i1 = 0; i1 < x->ne[1]; i1++) {
-        float *row = pl_tensor_row(x, i1, 0, 0);
-        pl_quantize_row(af, row, q, x->ne[0]);
-        if (af == PL_Q8_K) pl_dequantize_row_q8_K(q, row, x->ne[0]);
-        else pl_dequantize_row(af, q, row, x->ne[0]);
-    }
+    for (int64_t i2 = 0; i2 < x->ne[2]; i2++)   /* ne[2] > 1: matmul_id's tokens */
+        for (int64_t i1 = 0; i1 < x->ne[1]; i1++) {
+            float *row = pl_tensor_row(x, i1, i2, 0);
+            pl_quantize_row(af, row, q, x->ne[0]);
+            if (af == PL_Q8_K) pl_dequantize_row_q8_K(q, row, x->ne[0]);
+            else pl_dequantize_row(af, q, row, x->ne[0]);
+        }
     memcpy(b->pristine, b->base, total);
     run_out ro = run_case(c, rk, ref_ctx, "ref(q8 activations)");
     int64_t nr;
@@ -637,7 +727,7 @@ static void compare_kernel(const pl_backend *b, const pl_kernel *k, pl_exec_ctx 
          * is heavy-tailed when the exact value is near zero (cases with one
          * or two outputs), so such a kernel also passes when it matches ref
          * run on the rounded activations to 1e-6. */
-        if (e > thr && op == PL_OP_MATMUL && pl_dtype_get(key)->quantized) {
+        if (e > thr && (op == PL_OP_MATMUL || op == PL_OP_MATMUL_ID) && pl_dtype_get(key)->quantized) {
             double e8 = nmse_vs_rounded_ref(c, rk, ref_ctx, va, na);
             if (getenv("PL_TEST_VERBOSE"))
                 printf("    %s %s [%s]: NMSE %.3e vs exact, %.3e vs ref on q8-rounded activations\n", who,
@@ -1428,11 +1518,90 @@ static int run_perf(void) {
     return 0;
 }
 
+/* MoE ops on hand-made values: top-k order and its tie rule, matmul_id's
+ * expert selection, the weighted sum with and without renormalisation, and
+ * the node checks. */
+static void test_moe_known(void) {
+    op_case c;
+    memset(&c, 0, sizeof c);
+    c.node.op = PL_OP_MOE_TOPK;
+    pl_tensor *lg = mk(&c, 0, PL_F32, 2, 5, 2, 1, 0);
+    pl_tensor *ids = mk(&c, DST, PL_I32, 2, 3, 2, 1, 0);
+    /* token 0: 3 > (1 = 1, tie: index 1 before 4) > ...; token 1: all equal */
+    const float lv[10] = {0.5f, 1.0f, -2.0f, 3.0f, 1.0f, 7, 7, 7, 7, 7};
+    memcpy(lg->data, lv, sizeof lv);
+    c.node.iparams[0] = 3;
+    CHECK(pl_node_validate(&c.node) == PL_OK, "moe_topk node: %s", pl_last_error());
+    CHECK(run_ref(&c.node) == PL_OK, "moe_topk runs");
+    const int32_t *iv = ids->data;
+    CHECK(iv[0] == 3 && iv[1] == 1 && iv[2] == 4, "top-3 of token 0 = 3 1 4, got %d %d %d", iv[0], iv[1], iv[2]);
+    CHECK(iv[3] == 0 && iv[4] == 1 && iv[5] == 2, "ties keep the lower index: %d %d %d", iv[3], iv[4], iv[5]);
+    pl_node n = c.node;
+    n.iparams[0] = 6; expect_invalid(&n, "k > n_expert");
+    n.iparams[0] = 0; expect_invalid(&n, "k = 0");
+    free_case(&c);
+
+    /* matmul_id: 3 experts of [2 -> 2], expert e = (e+1) * identity;
+     * x shared by the 2 slots of 1 token, ids (2, 0) */
+    memset(&c, 0, sizeof c);
+    c.node.op = PL_OP_MATMUL_ID;
+    pl_tensor *W = mk(&c, 0, PL_F32, 3, 2, 2, 3, 0), *x = mk(&c, 1, PL_F32, 3, 2, 1, 1, 0);
+    pl_tensor *id2 = mk(&c, 2, PL_I32, 2, 2, 1, 1, 0), *y = mk(&c, DST, PL_F32, 3, 2, 2, 1, 0);
+    float wv[12] = {0};
+    for (int e = 0; e < 3; e++) wv[4 * e] = wv[4 * e + 3] = (float)(e + 1);
+    memcpy(W->data, wv, sizeof wv);
+    const float xv[2] = {1.5f, -2.0f};
+    memcpy(x->data, xv, sizeof xv);
+    set_i32(id2, 0, 2);
+    set_i32(id2, 1, 0);
+    CHECK(pl_node_validate(&c.node) == PL_OK, "matmul_id node: %s", pl_last_error());
+    CHECK(run_ref(&c.node) == PL_OK, "matmul_id runs");
+    const float *yv = y->data;
+    CHECK(yv[0] == 4.5f && yv[1] == -6.0f && yv[2] == 1.5f && yv[3] == -2.0f, "matmul_id = %g %g %g %g", yv[0], yv[1],
+          yv[2], yv[3]);
+    set_i32(id2, 1, 3);
+    CHECK(run_ref(&c.node) == PL_ERR_INVALID_ARG, "matmul_id refuses expert id 3 of 3");
+    n = c.node;
+    pl_tensor xb = c.t[1];
+    xb.ne[1] = 3; xb.n_dims = 3; n.src[1] = &xb; expect_invalid(&n, "x with 3 slots for k = 2");
+    n = c.node;
+    pl_tensor wb = c.t[0];
+    wb.ne[2] = 1; wb.n_dims = 2; n.src[0] = &wb; expect_invalid(&n, "k = 2 experts of a 1-expert W");
+    free_case(&c);
+
+    /* moe_combine: 2 slots, logits (0, ln 3) -> p = (.25, .75); ids (1, 0):
+     * weights (.75, .25); renormalised they sum to 1 already, so the
+     * unnormalised case uses 3 experts with the third unused. */
+    for (int norm = 0; norm <= 1; norm++) {
+        memset(&c, 0, sizeof c);
+        c.node.op = PL_OP_MOE_COMBINE;
+        pl_tensor *yy = mk(&c, 0, PL_F32, 3, 2, 2, 1, 0), *lo = mk(&c, 1, PL_F32, 2, 3, 1, 1, 0);
+        pl_tensor *ii = mk(&c, 2, PL_I32, 2, 2, 1, 1, 0), *out = mk(&c, DST, PL_F32, 2, 2, 1, 1, 0);
+        const float yvals[4] = {1, 2, 10, 20}, lvals[3] = {0, logf(3.0f), logf(4.0f)};
+        memcpy(yy->data, yvals, sizeof yvals);
+        memcpy(lo->data, lvals, sizeof lvals);
+        set_i32(ii, 0, 1);
+        set_i32(ii, 1, 0);
+        c.node.iparams[0] = norm;
+        CHECK(pl_node_validate(&c.node) == PL_OK, "moe_combine node: %s", pl_last_error());
+        CHECK(run_ref(&c.node) == PL_OK, "moe_combine runs");
+        /* p = (1, 3, 4) / 8; w = (3/8, 1/8), normalised (3/4, 1/4) */
+        const double w0 = norm ? 0.75 : 0.375, w1 = norm ? 0.25 : 0.125;
+        const float *o = out->data;
+        CHECK(close_rel(o[0], w0 * 1 + w1 * 10, 1e-6) && close_rel(o[1], w0 * 2 + w1 * 20, 1e-6),
+              "moe_combine norm=%d = %g %g", norm, o[0], o[1]);
+        n = c.node;
+        n.iparams[0] = 2; expect_invalid(&n, "norm = 2");
+        free_case(&c);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--perf")) return run_perf();
     test_tables();
     test_validate();
     test_ref_known();
+    test_moe_known();
     test_backends();
     return pl_test_summary("test_ops");
 }

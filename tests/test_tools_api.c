@@ -297,6 +297,21 @@ static void test_fit(void) {
               !strcmp(pl_fit_model(r), "qwen3-0.6b (preset)") && pl_fit_n_rungs(r) == 11,
           "preset: %s", pl_last_error());
     pl_fit_free(r);
+    /* qwen3moe preset (Qwen3-30B-A3B): the expert tensors are counted -- the
+     * model card's 30.5B parameters, exactly the shape's count */
+    CHECK(pl_fit_preset("30b-a3b", pl_fixture("models/qwen3-vocab.gguf"), &fp, &r) == PL_OK &&
+              !strcmp(pl_fit_model(r), "qwen3moe-30b-a3b (preset)") && pl_fit_n_rungs(r) == 11,
+          "moe preset: %s", pl_last_error());
+    if (r && pl_fit_rung(r, 0, &c) == PL_OK) {
+        const uint64_t E = 2048, L = 48, HD = 32 * 128, GD = 4 * 128, D = 128, X = 128, Fx = 768, V = 151936;
+        const uint64_t per_layer = 2 * E + 2 * D + E * HD + 2 * E * GD + HD * E + E * X + 3 * E * Fx * X;
+        const uint64_t want = 2 * E * V + E + L * per_layer;
+        CHECK(c.n_params == want, "30b-a3b parameters %llu, expected %llu", (unsigned long long)c.n_params,
+              (unsigned long long)want);
+        CHECK(c.n_params > 30400000000ull && c.n_params < 30600000000ull, "30b-a3b is a 30.5B model: %llu",
+              (unsigned long long)c.n_params);
+    }
+    pl_fit_free(r);
     pl_fit_free(NULL);
 }
 

@@ -279,14 +279,17 @@ typedef struct qwen3_shape {
     const char *name;
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     bool tied;
+    /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length (0 = dense qwen3) */
+    int64_t n_expert, n_expert_used, n_ff_exp;
 } qwen3_shape;
 
 /* The Qwen3 release configurations (as in tools/pocketllm/cmd_synth.c). */
 static const qwen3_shape k_presets[] = {
-    {"0.6b", 1024, 28, 16, 8, 128, 3072, true},
-    {"1.7b", 2048, 28, 16, 8, 128, 6144, true},
-    {"4b", 2560, 36, 32, 8, 128, 9728, true},
-    {"8b", 4096, 36, 32, 8, 128, 12288, false},
+    {"0.6b", 1024, 28, 16, 8, 128, 3072, true, 0, 0, 0},
+    {"1.7b", 2048, 28, 16, 8, 128, 6144, true, 0, 0, 0},
+    {"4b", 2560, 36, 32, 8, 128, 9728, true, 0, 0, 0},
+    {"8b", 4096, 36, 32, 8, 128, 12288, false, 0, 0, 0},
+    {"30b-a3b", 2048, 48, 32, 4, 128, 6144, false, 128, 8, 768},   /* qwen3moe: Qwen3-30B-A3B */
 };
 
 typedef struct hbuf {
@@ -331,7 +334,7 @@ static void kv_f32(hbuf *b, const char *k, float v) {
 typedef struct syn_tensor {
     char name[64];
     int n_dims;
-    int64_t ne[2];
+    int64_t ne[3];   /* ne[2]: experts of a 3-D expert tensor (qwen3moe), else 1 */
     pl_dtype dt;
 } syn_tensor;
 
@@ -339,7 +342,9 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     const qwen3_shape *s = NULL;
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
         if (!strcasecmp(preset, k_presets[i].name)) s = &k_presets[i];
-    if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (0.6b, 1.7b, 4b, 8b)", preset);
+    if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (0.6b, 1.7b, 4b, 8b, 30b-a3b)", preset);
+    const bool moe = s->n_expert > 0;
+    const char *arch = moe ? "qwen3moe" : "qwen3";
     if (!vocab_path) return pl_errorf(PL_ERR_INVALID_ARG, "a preset needs a vocabulary file (a vocab-only GGUF: the tokenizer)");
     uint64_t budget;
     bool from_device;
@@ -357,7 +362,7 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     /* Tensor table in the converter's order (as pocketllm synth writes it),
      * matrices in bf16 as released, norms in f32. */
     const int64_t E = s->n_embd, H = s->n_head, G = s->n_head_kv, D = s->head_dim, F = s->n_ff, V = (int64_t)n_vocab;
-    const size_t cap = (size_t)s->n_layer * 11 + 3;
+    const size_t cap = (size_t)s->n_layer * 12 + 3;
     syn_tensor *ts = calloc(cap, sizeof *ts);
     if (!ts) {
         pl_gguf_close(vg);
@@ -368,7 +373,7 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     do {                                                                             \
         syn_tensor *t_ = &ts[nt++];                                                  \
         snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                            \
-        t_->dt = (dt_); t_->n_dims = (nd); t_->ne[0] = (a); t_->ne[1] = (b);         \
+        t_->dt = (dt_); t_->n_dims = (nd); t_->ne[0] = (a); t_->ne[1] = (b); t_->ne[2] = 1; \
     } while (0)
     T(PL_BF16, 2, E, V, "token_embd.weight");
     for (int l = 0; l < (int)s->n_layer; l++) {
@@ -380,6 +385,17 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
         T(PL_F32, 1, D, 1, "blk.%d.attn_q_norm.weight", l);
         T(PL_F32, 1, D, 1, "blk.%d.attn_k_norm.weight", l);
         T(PL_F32, 1, E, 1, "blk.%d.ffn_norm.weight", l);
+        if (moe) {   /* router in f32 (as converted), experts [E, Fx, X] / [Fx, E, X] */
+            const int64_t X = s->n_expert, Fx = s->n_ff_exp;
+            T(PL_F32, 2, E, X, "blk.%d.ffn_gate_inp.weight", l);
+            T(PL_BF16, 3, E, Fx, "blk.%d.ffn_gate_exps.weight", l);
+            ts[nt - 1].ne[2] = X;
+            T(PL_BF16, 3, E, Fx, "blk.%d.ffn_up_exps.weight", l);
+            ts[nt - 1].ne[2] = X;
+            T(PL_BF16, 3, Fx, E, "blk.%d.ffn_down_exps.weight", l);
+            ts[nt - 1].ne[2] = X;
+            continue;
+        }
         T(PL_BF16, 2, E, F, "blk.%d.ffn_gate.weight", l);
         T(PL_BF16, 2, E, F, "blk.%d.ffn_up.weight", l);
         T(PL_BF16, 2, F, E, "blk.%d.ffn_down.weight", l);
@@ -393,22 +409,30 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     int64_t n_kv = 0;
     hbuf kv = {0};
     char label[64];
-    snprintf(label, sizeof label, "qwen3-%s (preset)", s->name);
+    snprintf(label, sizeof label, "%s-%s (preset)", arch, s->name);
     put_str(&kv, "general.architecture");
     put_u32(&kv, PL_GGUF_STRING);
-    put_str(&kv, "qwen3");
+    put_str(&kv, arch);
     n_kv++;
+    char key[96];
+#define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     kv_u32(&kv, "general.file_type", PL_FTYPE_BF16), n_kv++;
-    kv_u32(&kv, "qwen3.context_length", 40960), n_kv++;
-    kv_u32(&kv, "qwen3.embedding_length", (uint32_t)E), n_kv++;
-    kv_u32(&kv, "qwen3.block_count", (uint32_t)s->n_layer), n_kv++;
-    kv_u32(&kv, "qwen3.feed_forward_length", (uint32_t)F), n_kv++;
-    kv_u32(&kv, "qwen3.attention.head_count", (uint32_t)H), n_kv++;
-    kv_u32(&kv, "qwen3.attention.head_count_kv", (uint32_t)G), n_kv++;
-    kv_u32(&kv, "qwen3.attention.key_length", (uint32_t)D), n_kv++;
-    kv_u32(&kv, "qwen3.attention.value_length", (uint32_t)D), n_kv++;
-    kv_f32(&kv, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f), n_kv++;
-    kv_f32(&kv, "qwen3.rope.freq_base", 1000000.0f), n_kv++;
+    kv_u32(&kv, AK("context_length"), 40960), n_kv++;
+    kv_u32(&kv, AK("embedding_length"), (uint32_t)E), n_kv++;
+    kv_u32(&kv, AK("block_count"), (uint32_t)s->n_layer), n_kv++;
+    kv_u32(&kv, AK("feed_forward_length"), (uint32_t)F), n_kv++;
+    kv_u32(&kv, AK("attention.head_count"), (uint32_t)H), n_kv++;
+    kv_u32(&kv, AK("attention.head_count_kv"), (uint32_t)G), n_kv++;
+    kv_u32(&kv, AK("attention.key_length"), (uint32_t)D), n_kv++;
+    kv_u32(&kv, AK("attention.value_length"), (uint32_t)D), n_kv++;
+    kv_f32(&kv, AK("attention.layer_norm_rms_epsilon"), 1e-6f), n_kv++;
+    kv_f32(&kv, AK("rope.freq_base"), 1000000.0f), n_kv++;
+    if (moe) {
+        kv_u32(&kv, AK("expert_count"), (uint32_t)s->n_expert), n_kv++;
+        kv_u32(&kv, AK("expert_used_count"), (uint32_t)s->n_expert_used), n_kv++;
+        kv_u32(&kv, AK("expert_feed_forward_length"), (uint32_t)s->n_ff_exp), n_kv++;
+    }
+#undef AK
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         const void *raw;
@@ -432,7 +456,8 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
         for (int d = 0; d < ts[i].n_dims; d++) put_u64(&h, (uint64_t)ts[i].ne[d]);
         put_u32(&h, (uint32_t)ts[i].dt);
         put_u64(&h, off);
-        off += (pl_dtype_row_size(ts[i].dt, ts[i].ne[0]) * (uint64_t)ts[i].ne[1] + align - 1) / align * align;
+        off += (pl_dtype_row_size(ts[i].dt, ts[i].ne[0]) * (uint64_t)ts[i].ne[1] * (uint64_t)ts[i].ne[2] + align - 1) /
+               align * align;
     }
     pl_status st = PL_OK;
     const size_t head = (h.n + align - 1) / align * align;

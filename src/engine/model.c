@@ -166,7 +166,7 @@ static int prepared_weights(pl_model *m, const pl_tensor **out, uint64_t *orig_b
     if (!m->backend->weight_prepare_size || !m->backend->weight_prepare) return 0;
     for (int i = 0; i < m->planned.n_nodes; i++) {
         const pl_node *nd = &m->planned.nodes[i];
-        if (nd->op != PL_OP_MATMUL || !nd->src[0] || nd->src[0]->buffer != PL_BUF_WEIGHTS) continue;
+        if ((nd->op != PL_OP_MATMUL && nd->op != PL_OP_MATMUL_ID) || !nd->src[0] || nd->src[0]->buffer != PL_BUF_WEIGHTS) continue;
         const pl_tensor *w = NULL;
         for (int64_t k = 0; k < m->n_weights && !w; k++)
             if (m->weights[k].data == nd->src[0]->data && m->weights[k].dtype == nd->src[0]->dtype) w = &m->weights[k];

@@ -19,6 +19,8 @@ typedef struct pl_hparams {
     int64_t n_head, n_head_kv, head_dim, n_rot;
     float rms_eps, rope_base, rope_scale;
     int rope_mode;                    /* pl_op_rope mode: 0 normal (adjacent pairs, llama), 2 NeoX (qwen) */
+    /* qwen3moe: experts per layer, experts each token uses, an expert's FFN width */
+    int64_t n_expert, n_expert_used, n_ff_exp;
 } pl_hparams;
 
 typedef struct pl_layer_weights {
@@ -26,6 +28,8 @@ typedef struct pl_layer_weights {
     pl_tensor *bq, *bk, *bv;          /* optional (qwen2; llama files may carry them) */
     pl_tensor *q_norm, *k_norm;       /* optional (qwen3) */
     pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    /* qwen3moe: router [E, n_expert]; experts [E, F_exp, n_expert] (gate, up), [F_exp, E, n_expert] (down) */
+    pl_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
 } pl_layer_weights;
 
 struct pl_model {

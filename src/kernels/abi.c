@@ -150,6 +150,46 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
                   "iparams[4] = window: 0 = every position 0..pos[t], > 0 = a sliding window: only positions j "
                   "with pos[t] - j < window (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask)",
     },
+    [PL_OP_MOE_TOPK] = {
+        .name = "moe_topk",
+        .summary = "ids[:, t] = the k experts of largest softmax(logits[:, t]), descending (ties: lower index first)",
+        .n_src = 1,
+        .src_names = {"logits"},
+        .src_dtypes = {PL_DTMASK_F32},
+        .dst_dtypes = PL_DTMASK_I32,
+        .key_operand = 0,
+        .shape_rule = "logits [n_expert, n_tok] (rows may be strided); dst I32 [k, n_tok] contiguous; "
+                      "1 <= k <= n_expert",
+        .params = "iparams[0] = k. Probabilities as GGML's soft_max in float (exp(x - max) / sum), so two "
+                  "logits that round to one probability tie, and the lower index wins the tie",
+    },
+    [PL_OP_MATMUL_ID] = {
+        .name = "matmul_id",
+        .summary = "dst[:, j, t] = W[:, :, ids[j, t]] . x[:, j % n_x, t]: per-token expert matmul (GGML's mul_mat_id)",
+        .n_src = 3,
+        .src_names = {"W", "x", "ids"},
+        .src_dtypes = {PL_DTMASK_WEIGHTS, PL_DTMASK_F32, PL_DTMASK_I32},
+        .dst_dtypes = PL_DTMASK_F32,
+        .key_operand = 0,
+        .shape_rule = "W [K, N, n_expert] (K a multiple of W's block size; experts at stride nb[2]); "
+                      "x [K, n_x, n_tok] with n_x 1 (shared by the k slots) or k (rows may be strided); "
+                      "ids [k, n_tok] contiguous, each in 0..n_expert-1 (checked at run time); "
+                      "dst [N, k, n_tok] contiguous",
+        .params = "none",
+    },
+    [PL_OP_MOE_COMBINE] = {
+        .name = "moe_combine",
+        .summary = "dst[:, t] = sum_j w[j, t] * y[:, j, t], w = softmax(logits[:, t])[ids[:, t]] (optionally renormalised)",
+        .n_src = 3,
+        .src_names = {"y", "logits", "ids"},
+        .src_dtypes = {PL_DTMASK_F32, PL_DTMASK_F32, PL_DTMASK_I32},
+        .dst_dtypes = PL_DTMASK_F32,
+        .key_operand = 0,
+        .shape_rule = "y [E, k, n_tok]; logits [n_expert, n_tok] (rows may be strided); ids [k, n_tok] "
+                      "contiguous, each in 0..n_expert-1 (checked at run time); dst [E, n_tok] contiguous",
+        .params = "iparams[0] = norm: 1 divides the k weights by their sum, clamped below at "
+                  "6.103515625e-5 (llama.cpp's norm_w / norm_topk_prob); 0 uses the probabilities as they are",
+    },
 };
 
 const pl_op_schema *pl_op_schema_get(pl_op op) {
@@ -350,6 +390,49 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
                 return SHAPE_ERR("%s: %s_rot = %d must be 0 or a power of two dividing head_dim = %lld", s->name,
                                  i == 2 ? "k" : "v", rot, (long long)head_dim);
         }
+        return need_contiguous(s, -1, dst);
+    }
+    case PL_OP_MOE_TOPK: {
+        const int k = n->iparams[0];
+        if (src[0]->ne[2] != 1 || src[0]->ne[3] != 1) return SHAPE_ERR("%s: logits must be [n_expert, n_tok]", s->name);
+        if (k < 1 || k > src[0]->ne[0])
+            return SHAPE_ERR("%s: k = %d must be in 1..n_expert = %lld", s->name, k, (long long)src[0]->ne[0]);
+        if (dst->ne[0] != k || dst->ne[1] != src[0]->ne[1] || dst->ne[2] != 1 || dst->ne[3] != 1)
+            return SHAPE_ERR("%s: dst must be [%d, %lld]", s->name, k, (long long)src[0]->ne[1]);
+        return need_contiguous(s, -1, dst);
+    }
+    case PL_OP_MATMUL_ID: {
+        const pl_tensor *W = src[0], *x = src[1], *ids = src[2];
+        const int64_t k = ids->ne[0], nt = ids->ne[1];
+        if (W->ne[3] != 1 || x->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1)
+            return SHAPE_ERR("%s: W, x and ids must be [K, N, n_expert], [K, n_x, n_tok], [k, n_tok]", s->name);
+        PL_TRY(need_contiguous(s, 2, ids));
+        if (x->ne[0] != W->ne[0])
+            return SHAPE_ERR("%s: x rows have %lld elements, W rows %lld", s->name, (long long)x->ne[0],
+                             (long long)W->ne[0]);
+        if ((x->ne[1] != 1 && x->ne[1] != k) || x->ne[2] != nt)
+            return SHAPE_ERR("%s: x must be [%lld, 1 or %lld, %lld]", s->name, (long long)W->ne[0], (long long)k,
+                             (long long)nt);
+        if (k > W->ne[2])
+            return SHAPE_ERR("%s: %lld experts per token, but W holds %lld", s->name, (long long)k, (long long)W->ne[2]);
+        if (dst->ne[0] != W->ne[1] || dst->ne[1] != k || dst->ne[2] != nt || dst->ne[3] != 1)
+            return SHAPE_ERR("%s: dst must be [%lld, %lld, %lld]", s->name, (long long)W->ne[1], (long long)k,
+                             (long long)nt);
+        return need_contiguous(s, -1, dst);
+    }
+    case PL_OP_MOE_COMBINE: {
+        const pl_tensor *y = src[0], *lg = src[1], *ids = src[2];
+        const int64_t k = ids->ne[0], nt = ids->ne[1];
+        if (y->ne[3] != 1 || lg->ne[2] != 1 || lg->ne[3] != 1 || ids->ne[2] != 1 || ids->ne[3] != 1)
+            return SHAPE_ERR("%s: y, logits and ids must be [E, k, n_tok], [n_expert, n_tok], [k, n_tok]", s->name);
+        PL_TRY(need_contiguous(s, 2, ids));
+        if (y->ne[1] != k || y->ne[2] != nt || lg->ne[1] != nt || k > lg->ne[0])
+            return SHAPE_ERR("%s: y [%lld, %lld, %lld], logits [%lld, %lld] and ids [%lld, %lld] disagree", s->name,
+                             (long long)y->ne[0], (long long)y->ne[1], (long long)y->ne[2], (long long)lg->ne[0],
+                             (long long)lg->ne[1], (long long)k, (long long)nt);
+        if (n->iparams[0] != 0 && n->iparams[0] != 1) return SHAPE_ERR("%s: norm = %d (0 or 1)", s->name, n->iparams[0]);
+        if (dst->ne[0] != y->ne[0] || dst->ne[1] != nt || dst->ne[2] != 1 || dst->ne[3] != 1)
+            return SHAPE_ERR("%s: dst must be [%lld, %lld]", s->name, (long long)y->ne[0], (long long)nt);
         return need_contiguous(s, -1, dst);
     }
     default:

@@ -93,6 +93,29 @@ typedef enum pl_op {
      * or with iparams[4] = window > 0 (sliding-window layers, gemma3) only to
      * positions j with src3[t] - j < window, as llama.cpp's standard SWA mask. */
     PL_OP_ATTENTION,
+    /* ---- mixture of experts (qwen3moe) ----
+     * Router top-k: the k experts of largest softmax probability per token.
+     * src0: logits F32 [n_expert, n_tok] (rows may be strided);
+     * dst: I32 ids [k, n_tok], in descending probability; equal
+     * probabilities keep the lower expert index first (llama.cpp's argsort,
+     * a std::sort, does so for up to 16 experts, where it is an insertion
+     * sort; beyond that its order of ties is unspecified). iparams[0] = k.
+     * Probabilities as GGML's soft_max (float exp of x - max, sum, scale). */
+    PL_OP_MOE_TOPK,
+    /* Expert-indexed matmul (GGML's mul_mat_id):
+     * dst[:, j, t] = W[:, :, ids[j, t]] . x[:, j % n_x, t]
+     * src0: weights [K, N, n_expert] in any weight dtype (experts at nb[2]);
+     * src1: F32 [K, n_x, n_tok], n_x = 1 (one row shared by the k slots) or
+     * k; src2: I32 ids [k, n_tok] (each in 0..n_expert-1, checked at run
+     * time); dst: F32 [N, k, n_tok] contiguous. */
+    PL_OP_MATMUL_ID,
+    /* Weighted sum of the k expert outputs of each token:
+     * dst[:, t] = sum_j w[j, t] * y[:, j, t], w[j, t] = p[ids[j, t], t],
+     * p = softmax(logits[:, t]); iparams[0] = 1 renormalises the k weights
+     * to sum 1 (the sum clamped below at 6.103515625e-5, as llama.cpp).
+     * src0: y F32 [E, k, n_tok]; src1: logits F32 [n_expert, n_tok];
+     * src2: I32 ids [k, n_tok]; dst: F32 [E, n_tok] contiguous. */
+    PL_OP_MOE_COMBINE,
     PL_OP_COUNT
 } pl_op;
 

@@ -26,12 +26,17 @@ static const char *const qwen_keys[] = {
     "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor", NULL};
 
 pl_status pl_dense_load(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int rope_mode) {
+    return pl_dense_load_ex(m, qk_norm, qkv_bias, rope_mode, true);
+}
+
+pl_status pl_dense_load_ex(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int rope_mode, bool dense_ffn) {
     pl_hparams *hp = &m->hp;
     hp->rope_mode = rope_mode;
     PL_TRY(pl_model_hp_int(m, "context_length", false, 4096, &hp->n_ctx_train));
     PL_TRY(pl_model_hp_int(m, "embedding_length", true, 0, &hp->n_embd));
     PL_TRY(pl_model_hp_int(m, "block_count", true, 0, &hp->n_layer));
-    PL_TRY(pl_model_hp_int(m, "feed_forward_length", true, 0, &hp->n_ff));
+    /* an expert model's feed_forward_length (if any) sizes no tensor here */
+    PL_TRY(pl_model_hp_int(m, "feed_forward_length", dense_ffn, dense_ffn ? 0 : 1, &hp->n_ff));
     PL_TRY(pl_model_hp_int(m, "attention.head_count", true, 0, &hp->n_head));
     PL_TRY(pl_model_hp_int(m, "attention.head_count_kv", false, hp->n_head, &hp->n_head_kv));
     if (hp->n_embd <= 0 || hp->n_layer <= 0 || hp->n_ff <= 0 || hp->n_head <= 0 || hp->n_head_kv <= 0 ||
@@ -87,6 +92,7 @@ pl_status pl_dense_load(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int r
             PL_TRY(pl_model_bind(m, &L->k_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_k_norm.weight", li));
         }
         PL_TRY(pl_model_bind(m, &L->ffn_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.ffn_norm.weight", li));
+        if (!dense_ffn) continue;   /* the architecture binds its own FFN */
         PL_TRY(pl_model_bind(m, &L->ffn_gate, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_gate.weight", li));
         PL_TRY(pl_model_bind(m, &L->ffn_up, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_up.weight", li));
         PL_TRY(pl_model_bind(m, &L->ffn_down, true, 0, 2, (int64_t[]){F, E}, "blk.%d.ffn_down.weight", li));
@@ -104,7 +110,19 @@ void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
 
 #define W(t) pl_graph_external(g, (t))
 
+/* The dense SwiGLU FFN of layer l: h [E, n] -> [E, n]. */
+static pl_tensor *dense_ffn(pl_model *m, pl_graph *g, int64_t l, pl_tensor *h) {
+    const pl_layer_weights *L = &m->layers[l];
+    pl_tensor *gate = pl_op_matmul(g, W(L->ffn_gate), h);              /* [F, n] */
+    pl_tensor *up = pl_op_matmul(g, W(L->ffn_up), h);                  /* [F, n] */
+    return pl_op_matmul(g, W(L->ffn_down), pl_op_swiglu(g, gate, up)); /* [E, n] */
+}
+
 pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
+    return pl_dense_build_ffn(m, g, in, dense_ffn);
+}
+
+pl_tensor *pl_dense_build_ffn(pl_model *m, pl_graph *g, const pl_graph_inputs *in, pl_dense_ffn_fn ffn) {
     const pl_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, G = hp->n_head_kv, D = hp->head_dim;
     const int64_t n = in->ids->ne[0];
@@ -151,10 +169,7 @@ pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
         }
         x = pl_op_add(g, x, o);
         h = pl_op_rms_norm(g, x, W(L->ffn_norm), eps);
-        pl_tensor *gate = pl_op_matmul(g, W(L->ffn_gate), h);              /* [F, n] */
-        pl_tensor *up = pl_op_matmul(g, W(L->ffn_up), h);                  /* [F, n] */
-        pl_tensor *d = pl_op_matmul(g, W(L->ffn_down), pl_op_swiglu(g, gate, up)); /* [E, n] */
-        x = pl_op_add(g, x, d);
+        x = pl_op_add(g, x, ffn(m, g, l, h));                              /* [E, n] */
     }
     (void)E;
     x = pl_op_rms_norm(g, x, W(m->output_norm), eps);

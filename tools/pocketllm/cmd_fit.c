@@ -29,7 +29,7 @@ typedef struct fit_case {
 } fit_case;
 
 static const char *fit_usage =
-    "usage: pocketllm fit (--model M | --preset 0.6b|1.7b|4b|8b --vocab VOCAB.gguf) [options]\n"
+    "usage: pocketllm fit (--model M | --preset 0.6b|1.7b|4b|8b|30b-a3b --vocab VOCAB.gguf) [options]\n"
     "  --device D            device to plan for (default cpu)\n"
     "  --memory BYTES        budget, e.g. 4G (GiB), 4GB (10^9), 4294967296; default: the device's\n"
     "                        free memory (cpu: MemAvailable)\n"

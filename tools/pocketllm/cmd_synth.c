@@ -14,7 +14,8 @@
  * generated in parallel.
  *
  * The one subcommand that includes internal headers (core/threadpool.h,
- * gguf/gguf_write.h, quant/quant.h): it writes test checkpoints with the
+ * gguf/gguf_write.h, quant/quant.h; quant/quantize_mix.h and core/status.h for
+ * --type FILETYPE): it writes test checkpoints with the
  * library's GGUF writer and block encoders, which are not public API. Every
  * other file under tools/ reaches the engine through pocketllm.h only.
  */
@@ -23,6 +24,8 @@
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
 #include "quant/quant.h"
+#include "quant/quantize_mix.h"
+#include "core/status.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +47,7 @@ static const synth_dims presets[] = {
 typedef struct synth_tensor {
     char name[64];
     pl_dtype dtype;
-    int64_t ne[2];
+    int64_t ne[3];   /* ne[2]: experts of a 3-D expert tensor, else 1 */
     int n_dims;
     uint64_t seed;
     bool is_norm;
@@ -73,7 +76,7 @@ static uint64_t hash_name(const char *s, uint64_t seed) {
 static void fill_rows(void *arg, int ith, int nth) {
     fill_job *j = arg;
     const synth_tensor *t = j->t;
-    const int64_t n = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] : 1;
+    const int64_t n = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] * (t->n_dims > 2 ? t->ne[2] : 1) : 1;
     float *row = j->bufs + (size_t)ith * (size_t)n;
     const float a = t->is_norm ? 0.1f : sqrtf(3.0f / (float)n);
     for (int64_t r = ith; r < rows; r += nth) {
@@ -156,20 +159,96 @@ static const char *akey(char *buf, size_t cap, const char *arch, const char *suf
     return buf;
 }
 
+/* ---- qwen3moe --------------------------------------------------------------
+ * --arch qwen3moe: the qwen3 layer with the dense FFN replaced by experts
+ * (src/models/qwen3moe.c). Expert shape: --experts X:K:Fx (expert_count,
+ * expert_used_count, expert_feed_forward_length); the preset 30b-a3b is
+ * Qwen3-30B-A3B (feed_forward_length 6144 is written as the release has it;
+ * no tensor uses it). */
+typedef struct synth_moe {
+    int64_t n_expert, n_used, n_ff_exp;
+} synth_moe;
+
+static const synth_dims moe_preset_30b = {"30b-a3b", 2048, 48, 32, 4, 128, 6144, false};
+static const synth_moe moe_experts_30b = {128, 8, 768};
+
+static bool parse_experts(const char *s, synth_moe *m) {
+    long long v[3];
+    if (!s || sscanf(s, "%lld:%lld:%lld", &v[0], &v[1], &v[2]) != 3) return false;
+    if (v[0] < 1 || v[0] > 4096 || v[1] < 1 || v[1] > v[0] || v[2] < 1 || v[2] > (1 << 20)) return false;
+    *m = (synth_moe){v[0], v[1], v[2]};
+    return true;
+}
+
+static void synth_moe_keys(pl_gguf_writer *w, const char *arch, const synth_moe *x) {
+    char key[96];
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_count"), (uint32_t)x->n_expert);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_used_count"), (uint32_t)x->n_used);
+    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_feed_forward_length"), (uint32_t)x->n_ff_exp);
+}
+
+/* The expert FFN tensors of layer li after its ffn_norm, in the converter's
+ * order; returns how many were written to ts. The router stays f32 (the
+ * converter keeps ffn_gate_inp in f32 and llama-quantize never quantizes it). */
+static size_t synth_moe_tensors(synth_tensor *ts, int li, int64_t E, const synth_moe *x, pl_dtype wt, uint64_t seed) {
+    static const char *const names[4] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+    for (int i = 0; i < 4; i++) {
+        synth_tensor *t = &ts[i];
+        snprintf(t->name, sizeof t->name, "blk.%d.%s.weight", li, names[i]);
+        t->dtype = i == 0 ? PL_F32 : wt;
+        t->n_dims = i == 0 ? 2 : 3;
+        t->ne[0] = i == 0 ? E : i == 3 ? x->n_ff_exp : E;
+        t->ne[1] = i == 0 ? x->n_expert : i == 3 ? E : x->n_ff_exp;
+        t->ne[2] = i == 0 ? 1 : x->n_expert;
+        t->is_norm = false;
+        t->seed = hash_name(t->name, seed);
+    }
+    return 4;
+}
+
+/* --type NAME_OF_A_FILE_TYPE (Q4_K_M, ...): each tensor gets the type the
+ * quantizer's rules give it (quant/quantize_mix.h), written directly, so a
+ * real-shape file never exists in f16 anywhere. */
+static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm, synth_tensor *ts, size_t n) {
+    pl_mix_tensor *mt = calloc(n, sizeof *mt);
+    if (!mt) return pl_errorf(PL_ERR_NO_MEMORY, "synth: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!pl_mix_allows_quantization(ts[i].name, ts[i].n_dims)) continue;
+        mt[k] = (pl_mix_tensor){.name = ts[i].name, .n_dims = ts[i].n_dims, .cur = PL_F32};
+        mt[k].ne[0] = ts[i].ne[0];
+        mt[k].ne[1] = ts[i].ne[1];
+        mt[k].ne[2] = ts[i].ne[2] ? ts[i].ne[2] : 1;
+        mt[k].ne[3] = 1;
+        k++;
+    }
+    qsort(mt, k, sizeof *mt, pl_mix_compare);
+    pl_status st = pl_mix_plan(ft, mm, false, mt, (int64_t)k);
+    for (size_t j = 0; j < k && st == PL_OK; j++)
+        for (size_t i = 0; i < n; i++)
+            if (ts[i].name == mt[j].name) ts[i].dtype = mt[j].target;
+    free(mt);
+    return st;
+}
+
 static int cmd_synth(int argc, char **argv) {
-    const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v;
+    const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v, *experts = NULL;
     const char *rope_llama3 = NULL;
     long long seed = 1, threads = 0;
     bool bad = false, untied = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help")) {
-            puts("usage: pocketllm synth --arch qwen3|llama --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
-                 "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
+            puts("usage: pocketllm synth --arch qwen3|llama|qwen3moe --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
+                 "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N] [--experts X:K:Fx]\n"
                  "                       [--rope-llama3 FACTOR:LOW:HIGH:CTX]\n"
                  "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
+                 "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32), or a file type such as\n"
+                 "         Q4_K_M: each tensor written directly in the type the quantizer's rules pick\n"
+                 "  qwen3moe: --experts X:K:Fx = expert_count:expert_used_count:expert_feed_forward_length\n"
+                 "            (required with E:L:H:G:D:F); --preset 30b-a3b = Qwen3-30B-A3B (2048:48:32:4:128:6144,\n"
+                 "            128:8:768, untied)\n"
                  "  --rope-llama3 (llama only): write rope_freqs.weight, llama3's RoPE frequency factors\n"
-                 "    (rope_scaling factor, low_freq_factor, high_freq_factor, original context; e.g. 32:1:4:8192)\n"
-                 "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32)");
+                 "    (rope_scaling factor, low_freq_factor, high_freq_factor, original context; e.g. 32:1:4:8192)");
             return 0;
         } else if (!strcmp(argv[i], "--untied")) untied = true;
         else if (pl_cli_opt(argc, argv, &i, "--arch", &arch, &bad)) {}
@@ -178,6 +257,7 @@ static int cmd_synth(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--out", &out, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--vocab", &vocab, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--rope-llama3", &rope_llama3, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--experts", &experts, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
@@ -185,14 +265,24 @@ static int cmd_synth(int argc, char **argv) {
         } else return pl_cli_error("synth: unknown option '%s'", argv[i]);
     }
     if (bad) return 1;
-    const bool llama = !strcmp(arch, "llama");
-    if (strcmp(arch, "qwen3") && !llama) return pl_cli_error("synth: --arch must be qwen3 or llama");
+    const bool llama = !strcmp(arch, "llama"), moe = !strcmp(arch, "qwen3moe");
+    if (strcmp(arch, "qwen3") && !llama && !moe) return pl_cli_error("synth: --arch must be qwen3, llama or qwen3moe");
     if (!preset || !out || !vocab) return pl_cli_error("synth: --preset, --out and --vocab are required");
+    if (experts && !moe) return pl_cli_error("synth: --experts is for --arch qwen3moe");
     synth_dims d;
+    synth_moe xm = {0};
     bool found = false;
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+    if (moe && !strcmp(preset, moe_preset_30b.name)) {
+        d = moe_preset_30b;
+        xm = moe_experts_30b;
+        found = true;
+    }
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !moe; i++)
         if (!strcmp(preset, presets[i].name)) { d = presets[i]; found = true; }
     if (!found && !parse_custom(preset, &d)) return pl_cli_error("synth: unknown preset '%s'", preset);
+    if (moe && experts && !parse_experts(experts, &xm))
+        return pl_cli_error("synth: bad --experts '%s' (X:K:Fx with 1 <= K <= X)", experts);
+    if (moe && !xm.n_expert) return pl_cli_error("synth: --arch qwen3moe with a custom shape needs --experts X:K:Fx");
     if (untied) d.tied = false;
     double r3[4] = {0};
     if (rope_llama3) {
@@ -203,8 +293,12 @@ static int cmd_synth(int argc, char **argv) {
                                 "ctx >= 1)", rope_llama3);
     }
     pl_dtype wt;
-    if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1)
-        return pl_cli_error("synth: unsupported --type '%s'", type);
+    const pl_ftype_info *mix = NULL;
+    if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1) {
+        mix = pl_ftype_find(type);
+        if (!mix || mix->needs_imatrix) return pl_cli_error("synth: unsupported --type '%s'", type);
+        wt = mix->base;
+    }
 
     pl_gguf *vg = NULL;
     if (pl_gguf_open(vocab, &vg) != PL_OK) return pl_cli_error("%s", pl_last_error());
@@ -223,7 +317,7 @@ static int cmd_synth(int argc, char **argv) {
     pl_gguf_writer_add_str(w, "general.architecture", arch);
     snprintf(name, sizeof name, "synthetic %s %s %s", arch, d.name, type);
     pl_gguf_writer_add_str(w, "general.name", name);
-    pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)file_type_of(wt));
+    pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)(mix ? mix->ftype : file_type_of(wt)));
     pl_gguf_writer_add_u32(w, "general.quantization_version", 2);
     pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "context_length"), 40960);
     pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "embedding_length"), (uint32_t)d.n_embd);
@@ -235,13 +329,14 @@ static int cmd_synth(int argc, char **argv) {
     pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.value_length"), (uint32_t)d.head_dim);
     pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-6f);
     pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "rope.freq_base"), 1000000.0f);
+    if (moe) synth_moe_keys(w, arch, &xm);
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
     }
 
     /* Tensor list in llama.cpp's converter order. */
-    size_t cap = (size_t)d.n_layer * 11 + 4, n = 0;
+    size_t cap = (size_t)d.n_layer * 12 + 4, n = 0;   /* + rope_freqs */
     synth_tensor *ts = calloc(cap, sizeof *ts);
     fill_user *users = calloc(cap, sizeof *users);
     const int64_t E = d.n_embd, H = d.n_head, G = d.n_head_kv, D = d.head_dim, F = d.n_ff;
@@ -249,7 +344,7 @@ static int cmd_synth(int argc, char **argv) {
     do {                                                                            \
         synth_tensor *t = &ts[n++];                                                 \
         snprintf(t->name, sizeof t->name, __VA_ARGS__);                             \
-        t->dtype = (dt); t->n_dims = (nd); t->ne[0] = (a); t->ne[1] = (b);          \
+        t->dtype = (dt); t->n_dims = (nd); t->ne[0] = (a); t->ne[1] = (b); t->ne[2] = 1; \
         t->is_norm = (norm); t->seed = hash_name(t->name, (uint64_t)seed);          \
     } while (0)
     float *rope_factors = NULL;
@@ -273,6 +368,10 @@ static int cmd_synth(int argc, char **argv) {
             ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_k_norm.weight", li);
         }
         ADD_T(PL_F32, 1, E, 1, true, "blk.%d.ffn_norm.weight", li);
+        if (moe) {
+            n += synth_moe_tensors(&ts[n], li, E, &xm, wt, (uint64_t)seed);
+            continue;
+        }
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_gate.weight", li);
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_up.weight", li);
         ADD_T(wt, 2, F, E, false, "blk.%d.ffn_down.weight", li);
@@ -283,13 +382,18 @@ static int cmd_synth(int argc, char **argv) {
 
     synth_ctx sc = {0};
     int rc = 0;
+    if (mix) {
+        const pl_mix_model mm = {d.n_layer, d.n_head, d.n_head_kv, moe ? xm.n_expert : 0};
+        if (synth_apply_mix(mix, &mm, ts, n) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+    }
     int64_t max_row = E > F ? E : F;
+    if (moe && xm.n_ff_exp > max_row) max_row = xm.n_ff_exp;
     if (H * D > max_row) max_row = H * D;
     if (pl_threadpool_create(threads > 0 ? (int)threads : pl_cpu_count(), &sc.pool) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     sc.bufs = malloc((size_t)pl_threadpool_size(sc.pool) * (size_t)max_row * sizeof(float));
     for (size_t i = 0; i < n && !rc; i++) {
         users[i] = (fill_user){&sc, &ts[i]};
-        int64_t ne[2] = {ts[i].ne[0], ts[i].ne[1]};
+        int64_t ne[3] = {ts[i].ne[0], ts[i].ne[1], ts[i].ne[2]};
         if (pl_dtype_row_size(ts[i].dtype, ne[0]) == 0)
             rc = pl_cli_error("synth: row of %lld elements does not fit %s blocks", (long long)ne[0], type);
         else if (pl_gguf_writer_add_tensor_fill(w, ts[i].name, ts[i].dtype, (uint32_t)ts[i].n_dims, ne, fill_tensor,

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_moe.h"
 #include "core/cpu_features.h"
 #include "core/status.h"
 #include "core/threadpool.h"
@@ -22,6 +23,7 @@
 
 #define CPU_GET_ROWS_(t, fn) {PL_OP_GET_ROWS, t, pl_cpu_op_get_rows, NULL},
 #define CPU_MATMUL_(t, fn) {PL_OP_MATMUL, t, pl_cpu_op_matmul, pl_cpu_work_matmul},
+#define CPU_MATMUL_ID_(t, fn) {PL_OP_MATMUL_ID, t, pl_cpu_op_matmul_id, pl_cpu_work_matmul_id},
 
 static const pl_kernel pl_cpu_kernels[] = {
     PL_DEQUANT_TYPES(CPU_GET_ROWS_)
@@ -38,6 +40,9 @@ static const pl_kernel pl_cpu_kernels[] = {
     {PL_OP_ATTENTION, PL_F32, pl_cpu_op_attention, pl_cpu_work_attention},
     {PL_OP_ATTENTION, PL_Q8_0, pl_cpu_op_attention, pl_cpu_work_attention},
     {PL_OP_ATTENTION, PL_Q4_0, pl_cpu_op_attention, pl_cpu_work_attention},
+    {PL_OP_MOE_TOPK, PL_F32, pl_cpu_op_moe_topk, pl_cpu_work_moe_topk},
+    PL_DEQUANT_TYPES(CPU_MATMUL_ID_)
+    {PL_OP_MOE_COMBINE, PL_F32, pl_cpu_op_moe_combine, pl_cpu_work_moe_combine},
 };
 
 extern const pl_backend pl_backend_cpu;

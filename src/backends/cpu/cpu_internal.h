@@ -225,6 +225,10 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out);
 /* The layout the prepared kernels want for a weight on this CPU. */
 pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w);
 size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w);
+/* Expert e of a 3-D expert tensor [K, N, n_expert] as a 2-D [K, N] weight
+ * (qwen3moe): weight_prepare packs each expert of such a tensor as one of
+ * these, so matmul_id finds the copy of this view (cpu_moe.c). */
+void pl_cpu_expert_view(const pl_tensor *w, int64_t e, pl_tensor *v);
 /* Bytes of the prepared copy of a K x N weight of a kind (N = one panel's
  * rows: the bytes of a panel). */
 size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N);

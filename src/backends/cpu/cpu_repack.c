@@ -86,8 +86,29 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
     }
 }
 
+/* Expert e of a 3-D expert tensor [K, N, n_expert] as a 2-D weight: each
+ * expert is prepared as its own weight, keyed by its data pointer, and
+ * matmul_id (cpu_moe.c) runs the dense kernels on exactly this view. */
+void pl_cpu_expert_view(const pl_tensor *w, int64_t e, pl_tensor *v) {
+    *v = *w;
+    v->n_dims = 2;
+    v->ne[2] = v->ne[3] = 1;
+    v->nb[2] = v->nb[3] = v->nb[1] * (size_t)v->ne[1];
+    v->data = (char *)w->data + (size_t)e * w->nb[2];
+}
+
+static bool pl_cpu_is_experts(const pl_tensor *w) {
+    return w && w->n_dims == 3 && w->ne[2] > 1 && w->ne[3] == 1 && pl_tensor_is_contiguous(w);
+}
+
 size_t pl_cpu_weight_prepare_size(const pl_exec_ctx *ctx, const pl_tensor *w) {
     (void)ctx;
+    if (pl_cpu_is_experts(w)) {   /* one page-aligned copy per expert, as weight_prepare lays them out */
+        pl_tensor v;
+        pl_cpu_expert_view(w, 0, &v);
+        const pl_cpu_pack_kind kind = pl_cpu_pack_kind_for(&v);
+        return kind ? ((pl_cpu_packed_bytes(kind, v.ne[0], v.ne[1]) + 4095) & ~(size_t)4095) * (size_t)w->ne[2] : 0;
+    }
     pl_cpu_pack_kind kind = pl_cpu_pack_kind_for(w);
     return kind ? pl_cpu_packed_bytes(kind, w->ne[0], w->ne[1]) : 0;
 }
@@ -304,8 +325,42 @@ static int pl_packed_cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static pl_status pl_cpu_weight_prepare_2d(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
+                                          void (*copied)(void *user, const void *p, size_t bytes), void *user);
+
+/* 3-D expert tensors are expanded into one 2-D view per expert first. */
 pl_status pl_cpu_weight_prepare(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
                                 void (*copied)(void *user, const void *p, size_t bytes), void *user) {
+    int64_t n_views = 0;
+    for (int i = 0; i < n; i++) n_views += pl_cpu_is_experts(ws[i]) ? ws[i]->ne[2] : 1;
+    if (n_views == n || n_views > INT32_MAX) return pl_cpu_weight_prepare_2d(ctx, ws, n, copied, user);
+    pl_tensor *views = calloc((size_t)n_views, sizeof *views);
+    const pl_tensor **list = calloc((size_t)n_views, sizeof *list);
+    if (!views || !list) {
+        free(views);
+        free(list);
+        return pl_errorf(PL_ERR_NO_MEMORY, "cpu: out of memory");
+    }
+    int64_t k = 0;
+    for (int i = 0; i < n; i++) {
+        if (!pl_cpu_is_experts(ws[i])) {
+            list[k++] = ws[i];
+            continue;
+        }
+        for (int64_t e = 0; e < ws[i]->ne[2]; e++) {
+            pl_cpu_expert_view(ws[i], e, &views[k]);
+            list[k] = &views[k];
+            k++;
+        }
+    }
+    pl_status st = pl_cpu_weight_prepare_2d(ctx, list, (int)n_views, copied, user);
+    free(views);
+    free(list);
+    return st;
+}
+
+static pl_status pl_cpu_weight_prepare_2d(pl_exec_ctx *ctx, const pl_tensor *const *ws, int n,
+                                          void (*copied)(void *user, const void *p, size_t bytes), void *user) {
     pl_cpu_ctx *c = (pl_cpu_ctx *)ctx;
     if (!c || c->magic != PL_CPU_CTX_MAGIC) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: weight_prepare needs a cpu context");
     if (c->arena) return pl_errorf(PL_ERR_INVALID_ARG, "cpu: weights of this context are already prepared");

@@ -19,6 +19,7 @@
  * it depends on (ids, positions, slots) instead of trusting it.
  */
 #include "kernels/abi.h"
+#include "backends/ref/ref_moe.h"
 #include "core/fp16.h"
 #include "core/status.h"
 #include "quant/hadamard.h"
@@ -384,6 +385,7 @@ static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
  * here without touching this file. */
 #define REF_GET_ROWS_(t, fn) {PL_OP_GET_ROWS, t, ref_get_rows, NULL},
 #define REF_MATMUL_(t, fn) {PL_OP_MATMUL, t, ref_matmul, ref_matmul_work},
+#define REF_MATMUL_ID_(t, fn) {PL_OP_MATMUL_ID, t, pl_ref_matmul_id, pl_ref_matmul_id_work},
 
 static const pl_kernel ref_kernels[] = {
     PL_DEQUANT_TYPES(REF_GET_ROWS_)
@@ -400,6 +402,9 @@ static const pl_kernel ref_kernels[] = {
     {PL_OP_ATTENTION, PL_F32, ref_attention, ref_attention_work},
     {PL_OP_ATTENTION, PL_Q8_0, ref_attention, ref_attention_work},
     {PL_OP_ATTENTION, PL_Q4_0, ref_attention, ref_attention_work},
+    {PL_OP_MOE_TOPK, PL_F32, pl_ref_moe_topk, pl_ref_moe_topk_work},
+    PL_DEQUANT_TYPES(REF_MATMUL_ID_)
+    {PL_OP_MOE_COMBINE, PL_F32, pl_ref_moe_combine, pl_ref_moe_combine_work},
 };
 
 extern const pl_backend pl_backend_ref;

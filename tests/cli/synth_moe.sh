@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# pocketllm synth --arch qwen3moe: a file written directly in a file type
+# (--type Q4_K_M) gets, tensor by tensor, the types `pocketllm quantize`
+# gives the same shape written in f16 (the quantizer's mix rules, expert
+# tensors included); the writer streams tensor by tensor (peak RSS well under
+# the file size); the result loads and generates; bad expert options are
+# refused with one line.
+BIN=$1 FIX=$2
+fail=0 pass=0
+ok() { pass=$((pass+1)); }
+bad() { echo "FAIL: $*"; fail=$((fail+1)); }
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+V="$FIX/models/tiny-qwen3-f16.gguf"
+
+# name -> ggml type of every tensor, and general.file_type
+types() {
+  python3 - "$1" <<'PY'
+import struct, sys
+f = open(sys.argv[1], 'rb')
+def rd(fmt): return struct.unpack('<' + fmt, f.read(struct.calcsize('<' + fmt)))[0]
+def rstr(): return f.read(rd('Q')).decode()
+SIZES = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
+def val(t):
+    if t == 8: return rstr()
+    if t == 9:
+        et, n = rd('I'), rd('Q')
+        return [val(et) for _ in range(n)]
+    return rd(SIZES[t])
+assert f.read(4) == b'GGUF' and rd('I') == 3
+nt, nkv = rd('Q'), rd('Q')
+ft = None
+for _ in range(nkv):
+    k = rstr(); v = val(rd('I'))
+    if k == 'general.file_type': ft = v
+print('file_type', ft)
+for _ in range(nt):
+    name = rstr(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; t = rd('I'); rd('Q')
+    print(name, t, 'x'.join(map(str, dims)))
+PY
+}
+
+# 1. direct Q4_K_M == f16 then quantize, type for type (Fx 256: q4_K / q6_K experts)
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type f16 --seed 5 \
+  --threads 1 --out "$tmp/f16.gguf" 2>/dev/null || bad "synth f16"
+"$BIN" quantize "$tmp/f16.gguf" "$tmp/q.gguf" Q4_K_M --threads 1 --quiet >/dev/null 2>&1 || bad "quantize"
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type Q4_K_M --seed 5 \
+  --threads 1 --out "$tmp/direct.gguf" 2>/dev/null || bad "synth Q4_K_M"
+types "$tmp/q.gguf" | sort > "$tmp/q.types"
+types "$tmp/direct.gguf" | sort > "$tmp/direct.types"
+if diff "$tmp/q.types" "$tmp/direct.types" >/dev/null; then ok; else bad "types differ: $(diff "$tmp/q.types" "$tmp/direct.types" | head -5)"; fi
+grep -q '^file_type 15$' "$tmp/direct.types" && ok || bad "file_type of the direct file"
+grep -q '^blk.0.ffn_gate_exps.weight 12 256x256x8$' "$tmp/direct.types" && ok || bad "ffn_gate_exps q4_K [256, 256, 8]"
+grep -q '^blk.3.ffn_down_exps.weight 14 256x256x8$' "$tmp/direct.types" && ok || bad "last ffn_down_exps q6_K (use_more_bits)"
+grep -q '^blk.0.ffn_gate_inp.weight 0 256x8$' "$tmp/direct.types" && ok || bad "router stays f32"
+
+# 2. it loads and generates on both host backends
+for d in ref cpu; do
+  out=$("$BIN" run --model "$tmp/direct.gguf" --prompt "Hello" --max-tokens 3 --device $d --threads 1 2>&1) \
+    && ok || bad "run on $d: $out"
+done
+
+# 3. streaming: peak RSS of a 24-layer direct write stays well under the file
+python3 - "$BIN" "$V" "$tmp/big.gguf" <<'PY' && ok || bad "synth peak RSS"
+import os, resource, subprocess, sys
+b, v, out = sys.argv[1:]
+subprocess.run([b, 'synth', '--arch', 'qwen3moe', '--preset', '256:24:4:2:64:768', '--experts', '8:2:512',
+                '--vocab', v, '--type', 'Q4_K_M', '--seed', '1', '--threads', '1', '--out', out],
+               check=True, stderr=subprocess.DEVNULL)
+size = os.path.getsize(out)
+rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+print(f'synth: file {size / 2**20:.1f} MiB, peak RSS {rss / 2**20:.1f} MiB')
+sys.exit(0 if rss < size / 2 else 1)
+PY
+
+# 4. bad options: one line, non-zero
+expect_error() {  # expect_error "<substring of stderr>" args...
+  local want=$1; shift
+  local err rc
+  err=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 0 ] && [[ "$err" == *"$want"* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -le 2 ]; then ok
+  else bad "pocketllm $* -> rc=$rc stderr=[$err] (wanted '$want')"; fi
+}
+expect_error "needs --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --vocab "$V" --out "$tmp/x.gguf"
+expect_error "bad --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --experts 4:5:8 --vocab "$V" --out "$tmp/x.gguf"
+expect_error "--experts is for" synth --arch qwen3 --preset 256:2:4:2:64:768 --experts 4:2:8 --vocab "$V" --out "$tmp/x.gguf"
+expect_error "unsupported --type" synth --arch qwen3moe --preset 30b-a3b --type IQ2_XXS --vocab "$V" --out "$tmp/x.gguf"
+echo "synth_moe: $pass passed, $fail failed"
+[ $fail -eq 0 ]
