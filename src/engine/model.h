@@ -19,6 +19,11 @@ typedef struct pl_hparams {
     int64_t n_head, n_head_kv, head_dim, n_rot;
     float rms_eps, rope_base, rope_scale;
     int rope_mode;                    /* pl_op_rope mode: 0 normal (adjacent pairs, llama), 2 NeoX (qwen) */
+    /* gemma3 (src/models/gemma3.c) */
+    int64_t n_swa;                    /* attention.sliding_window: window of the local layers */
+    float rope_base_swa;              /* RoPE base of the local layers (10000, as llama.cpp sets it) */
+    float attn_scale;                 /* query scale (1/sqrt(head_dim); 27B: 1/sqrt(n_embd/n_head)) */
+    float final_softcap;              /* final_logit_softcapping as the file declares it, 0 = none */
 } pl_hparams;
 
 typedef struct pl_layer_weights {
@@ -26,6 +31,8 @@ typedef struct pl_layer_weights {
     pl_tensor *bq, *bk, *bv;          /* optional (qwen2; llama files may carry them) */
     pl_tensor *q_norm, *k_norm;       /* optional (qwen3) */
     pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
+    /* gemma3: the sandwich norms after attention and after the FFN */
+    pl_tensor *attn_post_norm, *ffn_post_norm;
 } pl_layer_weights;
 
 struct pl_model {

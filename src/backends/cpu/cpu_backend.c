@@ -38,6 +38,9 @@ static const pl_kernel pl_cpu_kernels[] = {
     {PL_OP_ATTENTION, PL_F32, pl_cpu_op_attention, pl_cpu_work_attention},
     {PL_OP_ATTENTION, PL_Q8_0, pl_cpu_op_attention, pl_cpu_work_attention},
     {PL_OP_ATTENTION, PL_Q4_0, pl_cpu_op_attention, pl_cpu_work_attention},
+    {PL_OP_GEGLU, PL_F32, pl_cpu_op_geglu, NULL},
+    {PL_OP_SCALE, PL_F32, pl_cpu_op_scale, NULL},
+    {PL_OP_SOFTCAP, PL_F32, pl_cpu_op_softcap, NULL},
 };
 
 extern const pl_backend pl_backend_cpu;

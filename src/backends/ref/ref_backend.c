@@ -19,6 +19,7 @@
  * it depends on (ids, positions, slots) instead of trusting it.
  */
 #include "kernels/abi.h"
+#include "backends/ref/ref_gemma.h"
 #include "core/fp16.h"
 #include "core/status.h"
 #include "quant/hadamard.h"
@@ -395,6 +396,9 @@ static const pl_kernel ref_kernels[] = {
     {PL_OP_ATTENTION, PL_F32, ref_attention, ref_attention_work},
     {PL_OP_ATTENTION, PL_Q8_0, ref_attention, ref_attention_work},
     {PL_OP_ATTENTION, PL_Q4_0, ref_attention, ref_attention_work},
+    {PL_OP_GEGLU, PL_F32, pl_ref_geglu, NULL},
+    {PL_OP_SCALE, PL_F32, pl_ref_scale, NULL},
+    {PL_OP_SOFTCAP, PL_F32, pl_ref_softcap, NULL},
 };
 
 extern const pl_backend pl_backend_ref;
