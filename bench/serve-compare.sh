@@ -17,7 +17,13 @@
 #
 # Environment: PARALLEL (8: slots of both), CTX (2048: context per slot),
 # THREADS (all cores), CLIENTS (1,2,4,8), TURNS (4), MAX_TOKENS (32), CONVS (2),
-# POCKETLLM, PORT0 (18480: ours; llama-server gets PORT0 + 1).
+# POCKETLLM, PORT0 (18480: ours; llama-server gets PORT0 + 1),
+# LONG_PROMPT (0: off; N: during step 1 one more client keeps sending prompts
+# of ~N words, the long-prompt-arrival scenario; the table then adds ITL max
+# and the long prompts' TTFT; LONG_DELAY, default 1.0, is the seconds before
+# the first), OURS_ARGS (extra flags for pocketllm serve,
+# e.g. "--max-num-batched-tokens 64" or "--cache-ram 2048"),
+# LLAMA_ARGS (extra flags for llama-server, e.g. "-b 512").
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -41,6 +47,10 @@ TURNS="${TURNS:-4}"
 MAX_TOKENS="${MAX_TOKENS:-32}"
 CONVS="${CONVS:-2}"
 PORT0="${PORT0:-18480}"
+LONG_PROMPT="${LONG_PROMPT:-0}"
+LONG_DELAY="${LONG_DELAY:-1.0}"
+read -r -a ours_args <<< "${OURS_ARGS:-}"
+read -r -a llama_args <<< "${LLAMA_ARGS:-}"
 ours_url="http://127.0.0.1:$PORT0"
 llama_url="http://127.0.0.1:$((PORT0 + 1))"
 work="$(mktemp -d)"
@@ -49,14 +59,14 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 
 "$pocketllm" serve --model "$model" --port "$PORT0" --parallel "$PARALLEL" --ctx "$CTX" --threads "$THREADS" \
-  --max-conns-per-ip 0 > "$work/ours.log" 2>&1 &
+  --max-conns-per-ip 0 "${ours_args[@]}" > "$work/ours.log" 2>&1 &
 pids+=($!)
 # -c is the whole cache, split over -np slots; --jinja renders the file's
 # template as we do. -fa off: d32676d's server with flash attention on (its
 # default, auto) answers Qwen2.5-Coder-1.5B Q4_K_M with garbage ("What is
 # 2+3?" -> "Impartial-onster..." and a 500), with it off it answers "5".
 "$server" -m "$model" --port "$((PORT0 + 1))" -np "$PARALLEL" -c "$((CTX * PARALLEL))" -t "$THREADS" --jinja -fa off \
-  > "$work/llama.log" 2>&1 &
+  "${llama_args[@]}" > "$work/llama.log" 2>&1 &
 pids+=($!)
 
 wait_ready() {   # url name log
@@ -79,19 +89,20 @@ for u in "$ours_url" "$llama_url"; do
     { echo "$u does not answer sanely; not measuring it" >&2; exit 1; }
 done
 
-load() {   # url clients turns max_tokens convs extra-json -> one JSON line per K
-  python3 "$here/serve-load.py" --url "$1" --clients "$2" --turns "$3" --max-tokens "$4" --convs "$5" --extra "$6" --json
+load() {   # url clients turns max_tokens convs extra-json [long-prompt] -> one JSON line per K
+  python3 "$here/serve-load.py" --url "$1" --clients "$2" --turns "$3" --max-tokens "$4" --convs "$5" --extra "$6" \
+    --long-prompt "${7:-0}" --long-delay "$LONG_DELAY" --json
 }
 
 i=0
 for k in ${CLIENTS//,/ }; do
   echo "# K=$k (load $(cut -d' ' -f1 /proc/loadavg))" >&2
   if (( i % 2 == 0 )); then
-    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
-    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
+    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
+    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
   else
-    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
-    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
+    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
+    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
   fi
   i=$((i + 1))
 done
@@ -113,6 +124,17 @@ for k in sorted({r["clients"] for r in rows}):
     f = lambda key, d=1: "%.*f / %.*f" % (d, l[key], d, o[key])
     print("| %d | %s (%.2fx) | %s | %s | %s | %s |" % (k, f("tok_s"), o["tok_s"] / l["tok_s"], f("ttft_p50_ms"),
           f("ttft_p95_ms"), f("itl_p50_ms", 2), f("itl_p95_ms", 2)))
+if any("long_n" in r for r in rows):
+    print()
+    print("With long prompts arriving (LONG_PROMPT): llama-server / ours")
+    print()
+    print("| K | ITL max ms | long prompts sent | long-prompt TTFT p50 ms |")
+    print("|---|---|---|---|")
+    for k in sorted({r["clients"] for r in rows}):
+        l = next(r for r in rows if r["clients"] == k and r["engine"] == "llama-server")
+        o = next(r for r in rows if r["clients"] == k and r["engine"] == "pocketllm")
+        print("| %d | %.1f / %.1f | %d / %d | %.1f / %.1f |" % (k, l["itl_max_ms"], o["itl_max_ms"], l["long_n"],
+              o["long_n"], l["long_ttft_p50_ms"], o["long_ttft_p50_ms"]))
 print()
 print("TTFT (ms) per turn of one 8-turn conversation:")
 print()

@@ -9,9 +9,17 @@ arrival times; one content chunk is taken as one token).
 
     bench/serve-load.py --url http://127.0.0.1:8080 [--clients 1,2,4,8] [--turns 4]
                         [--max-tokens 32] [--convs 2] [--extra '{"cache_prompt": false}']
+                        [--long-prompt 2000 [--long-delay 1.0]]
 
 --extra merges JSON into every request body (e.g. to turn the prompt cache
-off for a with/without comparison). Only the standard library is used.
+off for a with/without comparison). --long-prompt N adds, beside the K
+clients, one that starts after --long-delay seconds and sends long prompts
+(~N words of a document, each new: no cache can hold them) one after the
+other until the others are done: the long-prompt-arrival scenario, where a
+server that prefills a whole prompt in one step stalls every decoding
+stream (their ITL p95/max show it; chunked prefill keeps it down). Its
+requests are left out of tok/s, TTFT and ITL and reported as long_*.
+Only the standard library is used.
 """
 import argparse
 import http.client
@@ -86,6 +94,33 @@ def client(url, args, cid, out, lock):
                 out["itl"].extend(itl)
 
 
+WORDS = ("wheel chain saddle frame pedal brake gear tyre spoke valve rim hub crank lever cable bell lamp "
+         "basket rack mudguard pump helmet lock bottle").split()
+
+
+def long_client(url, args, done, out, lock):
+    """Long prompts one after the other until done is set (after --long-delay)."""
+    if done.wait(args.long_delay):
+        return
+    i = 0
+    while not done.is_set():
+        # A different first sentence each time: nothing of it is cached.
+        words = [f"Document {i} of the stock list."] + [WORDS[(i * 7 + j * 13) % len(WORDS)]
+                                                        for j in range(args.long_prompt)]
+        body = {"messages": [{"role": "user", "content": " ".join(words) + "\nSummarize in one line."}],
+                "max_tokens": 8, "temperature": 0, "stream": True, **args.extra}
+        try:
+            ttft, _, _, _ = stream_turn(url, body)
+        except (OSError, RuntimeError, ValueError) as e:
+            with lock:
+                out["errors"].append("long: " + repr(e))
+            return
+        with lock:
+            if ttft is not None:
+                out["long_ttft"].append(ttft)
+        i += 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="http://127.0.0.1:8080")
@@ -95,23 +130,36 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--extra", type=json.loads, default={})
     ap.add_argument("--json", action="store_true", help="one JSON object per K on stdout")
+    ap.add_argument("--long-prompt", type=int, default=0, metavar="N",
+                    help="one more client sending prompts of ~N words while the others chat (0: off)")
+    ap.add_argument("--long-delay", type=float, default=1.0, help="seconds before the first long prompt")
     args = ap.parse_args()
     if not args.json:
         print(f"{'K':>3} {'tok/s':>8} {'TTFT p50':>9} {'TTFT p95':>9} {'ITL p50':>8} {'ITL p95':>8}  TTFT p50 by turn (ms)")
     for k in [int(x) for x in args.clients.split(",")]:
-        out = {"tokens": 0, "ttft": [], "itl": [], "ttft_by_turn": {}, "errors": []}
+        out = {"tokens": 0, "ttft": [], "itl": [], "ttft_by_turn": {}, "errors": [], "long_ttft": []}
         lock = threading.Lock()
         th = [threading.Thread(target=client, args=(args.url, args, i, out, lock)) for i in range(k)]
+        done = threading.Event()
+        lt = threading.Thread(target=long_client, args=(args.url, args, done, out, lock)) if args.long_prompt else None
         t0 = time.perf_counter()
         for t in th:
             t.start()
+        if lt:
+            lt.start()
         for t in th:
             t.join()
         wall = time.perf_counter() - t0
+        done.set()
+        if lt:
+            lt.join()
         by_turn = {t: statistics.median(v) * 1e3 for t, v in sorted(out["ttft_by_turn"].items())}
         row = {"clients": k, "tok_s": out["tokens"] / wall, "ttft_p50_ms": pct(out["ttft"], 50) * 1e3,
                "ttft_p95_ms": pct(out["ttft"], 95) * 1e3, "itl_p50_ms": pct(out["itl"], 50) * 1e3,
                "itl_p95_ms": pct(out["itl"], 95) * 1e3, "ttft_p50_ms_by_turn": by_turn}
+        if args.long_prompt:
+            row.update({"itl_max_ms": max(out["itl"], default=float("nan")) * 1e3,
+                        "long_n": len(out["long_ttft"]), "long_ttft_p50_ms": pct(out["long_ttft"], 50) * 1e3})
         if out["errors"]:
             print(f"K={k}: {len(out['errors'])} conversation(s) failed, first: {out['errors'][0]}", file=sys.stderr)
         if args.json:
@@ -120,6 +168,9 @@ def main():
             turns = " ".join(f"{v:.1f}" for v in by_turn.values())
             print(f"{k:>3} {row['tok_s']:>8.1f} {row['ttft_p50_ms']:>9.1f} {row['ttft_p95_ms']:>9.1f} "
                   f"{row['itl_p50_ms']:>8.2f} {row['itl_p95_ms']:>8.2f}  {turns}")
+            if args.long_prompt:
+                print(f"    long prompts: {row['long_n']} sent, TTFT p50 {row['long_ttft_p50_ms']:.1f} ms; "
+                      f"ITL max of the others {row['itl_max_ms']:.1f} ms")
 
 
 if __name__ == "__main__":

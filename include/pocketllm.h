@@ -219,6 +219,24 @@ PL_API pl_status pl_model_forward(pl_model *model, const pl_batch *batch, float 
 PL_API void pl_model_kv_truncate(pl_model *model, int32_t seq, int32_t pos);
 /* The length of slot seq's cache (see above); -1 for a bad model or seq. */
 PL_API int32_t pl_model_kv_len(const pl_model *model, int32_t seq);
+/* Copying a slot's KV rows to the host and back, e.g. to keep an evicted
+ * prompt prefix in RAM and restore it instead of prefilling it again
+ * (`serve --cache-ram`). The buffer is position-major: for each position,
+ * every layer's K and V rows, pl_model_kv_pos_bytes bytes in all; so the
+ * first m positions of a saved range are a saved range of m positions. Rows
+ * are kept as cached (RoPE applied): write them back only at the positions
+ * they were read from, into a model loaded with the same file and cache
+ * types. For slots driven with pl_model_forward (a pl_session keeps its own
+ * position). */
+PL_API size_t pl_model_kv_pos_bytes(const pl_model *model);
+/* Copies slot seq's rows of positions pos..pos+n-1 (within pl_model_kv_len)
+ * into buf of size bytes (at least n x pl_model_kv_pos_bytes). */
+PL_API pl_status pl_model_kv_read(pl_model *model, int32_t seq, int32_t pos, int32_t n, void *buf, size_t size);
+/* Writes n positions' rows from buf into slot seq at pos..pos+n-1; pos may
+ * be at most the slot's length (no gap). The slot's length becomes pos + n
+ * (pos on failure). */
+PL_API pl_status pl_model_kv_write(pl_model *model, int32_t seq, int32_t pos, int32_t n, const void *buf,
+                                   size_t size);
 
 /* ---- sampling -------------------------------------------------------------*/
 

@@ -263,7 +263,8 @@ static att_inputs make_att_inputs(pl_rng *r, pl_dtype cache, int64_t hd, int64_t
 static void free_att_inputs(att_inputs *in) { free(in->q); free(in->kc); free(in->vc); }
 
 /* prefill attention (the tiled kernel on AVX-512 machines) vs ref */
-static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
+static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0,
+                                   int window) {
     pl_rng r = {(uint64_t)(hd * 1000 + nt + p0)};
     const int64_t n_ctx = p0 + nt + 7, n_seq = 2, kvd = nkv * hd;
     att_inputs in = make_att_inputs(&r, cache, hd, nh, nkv, nt, n_ctx, n_seq, 1.0f);
@@ -286,6 +287,7 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
     pl_tensor_init(&td2, PL_F32, 2, (int64_t[]){hd * nh, nt}, d2);
     pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td1};
     nd.iparams[0] = (int32_t)nkv;
+    nd.iparams[4] = window;
     nd.fparams[0] = 1.0f / sqrtf((float)hd);
     CHECK(run_ref(&nd) == PL_OK, "ref attention");
     nd.dst = &td2;
@@ -293,8 +295,8 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
     pl_exec_ctx *ctx = cpu_ctx(2, k->work_size(&nd, 2));
     CHECK(run_on(&pl_backend_cpu, ctx, &nd) == PL_OK, "cpu attention");
     const double e = pl_nmse(d2, d1, hd * nh * nt);
-    CHECK(e < 1e-9, "attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld: nmse %g", pl_dtype_name(cache),
-          (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
+    CHECK(e < 1e-9, "attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld, window %d: nmse %g",
+          pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, window, e);
     cpu_ctx_free(ctx);
     free_att_inputs(&in);
     free(pos); free(seq); free(d1); free(d2);
@@ -305,7 +307,8 @@ static void test_attention_prefill(pl_dtype cache, int64_t hd, int64_t nh, int64
  * bit, on 1 and 2 threads, and near ref. n_tok tokens, the last in slot 1;
  * positions from p0 (several pieces of 64, a tail that is not a multiple of
  * 8, fewer than 8); nh > 64 rows makes a task hold part of each cache row. */
-static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0) {
+static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_t nkv, int64_t nt, int64_t p0,
+                                  int window) {
     pl_rng r = {(uint64_t)(hd * 7 + nh * 131 + nt + p0)};
     const int64_t n_ctx = p0 + nt + 3, n_seq = 2, kvd = nkv * hd;
     att_inputs in = make_att_inputs(&r, cache, hd, nh, nkv, nt, n_ctx, n_seq, 2.0f);
@@ -329,6 +332,7 @@ static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_
     }
     pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td[0]};
     nd.iparams[0] = (int32_t)nkv;
+    nd.iparams[4] = window;
     nd.fparams[0] = 1.0f / sqrtf((float)hd);
     CHECK(run_ref(&nd) == PL_OK, "ref attention");
     const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_ATTENTION, cache);
@@ -345,8 +349,8 @@ static void test_attention_decode(pl_dtype cache, int64_t hd, int64_t nh, int64_
               "decode attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld, %d thread(s): blocked == per head",
               pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, nth);
         const double e = pl_nmse(d[2], d[0], hd * nh * nt);
-        CHECK(e < 1e-5, "decode attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld: nmse %g vs ref",
-              pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, e);
+        CHECK(e < 1e-5, "decode attention %s hd=%lld heads %lld/%lld, %lld tokens from %lld, window %d: nmse %g vs ref",
+              pl_dtype_name(cache), (long long)hd, (long long)nh, (long long)nkv, (long long)nt, (long long)p0, window, e);
         cpu_ctx_free(ctx);
     }
     free_att_inputs(&in);
@@ -640,18 +644,24 @@ int main(void) {
         test_fusion(PL_TQ2_0, M, 256);
         test_fusion(PL_TQ1_0, M, 136);
     }
-    test_attention_prefill(PL_F16, 128, 16, 8, 100, 0);
-    test_attention_prefill(PL_F16, 128, 4, 2, 160, 37);
-    test_attention_prefill(PL_F32, 64, 6, 3, 70, 5);
-    test_attention_prefill(PL_F16, 96, 4, 4, 64, 130);
+    test_attention_prefill(PL_F16, 128, 16, 8, 100, 0, 0);
+    test_attention_prefill(PL_F16, 128, 4, 2, 160, 37, 0);
+    test_attention_prefill(PL_F32, 64, 6, 3, 70, 5, 0);
+    test_attention_prefill(PL_F16, 96, 4, 4, 64, 130, 0);
+    /* sliding windows (gemma3's local layers): rows of one run start at
+     * different positions; the blocked decode path and the per-head one */
+    test_attention_prefill(PL_F16, 128, 16, 8, 100, 37, 30);
+    test_attention_prefill(PL_F32, 64, 6, 3, 70, 5, 1);
+    test_attention_decode(PL_F16, 128, 16, 8, 1, 300, 100);
+    test_attention_decode(PL_F16, 64, 8, 2, 3, 130, 50);
     test_attention_work_plan(PL_F16, 160, 16, 8, 64);
     test_attention_work_plan(PL_F16, 128, 32, 8, 4096);
     test_attention_work_plan(PL_F32, 64, 8, 2, 100);
-    test_attention_decode(PL_F16, 128, 16, 8, 1, 300);   /* Qwen3 0.6B/1.7B shapes, pieces + a tail of 5 */
-    test_attention_decode(PL_F16, 64, 8, 2, 3, 130);     /* group 4, three tokens, two slots */
-    test_attention_decode(PL_F32, 32, 4, 2, 2, 70);
-    test_attention_decode(PL_F16, 128, 16, 8, 1, 4);     /* fewer positions than 8 */
-    test_attention_decode(PL_F16, 32, 128, 32, 2, 90);   /* 128 rows: tasks of 16 KV heads, part of each row */
+    test_attention_decode(PL_F16, 128, 16, 8, 1, 300, 0);   /* Qwen3 0.6B/1.7B shapes, pieces + a tail of 5 */
+    test_attention_decode(PL_F16, 64, 8, 2, 3, 130, 0);     /* group 4, three tokens, two slots */
+    test_attention_decode(PL_F32, 32, 4, 2, 2, 70, 0);
+    test_attention_decode(PL_F16, 128, 16, 8, 1, 4, 0);     /* fewer positions than 8 */
+    test_attention_decode(PL_F16, 32, 128, 32, 2, 90, 0);   /* 128 rows: tasks of 16 KV heads, part of each row */
     test_att_dots(true, 128, 37, 3);
     test_att_dots(true, 80, 21, 2);    /* a tail past the last 32 dims */
     test_att_dots(false, 64, 64, 4);

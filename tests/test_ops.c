@@ -381,6 +381,27 @@ static int gen_attention(op_case *cs, pl_dtype key, pl_rng *r) {
         mk(c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
         seal(c);
     }
+    /* sliding windows (iparams[4], gemma3's local layers): shorter than most
+     * positions, 1 (a token sees only itself), longer than the cache */
+    static const int wcfg[][6] = {
+        /* head_dim, n_head, n_kv_head, n_tok, prefill, window */
+        {64, 4, 2, 7, 1, 5}, {128, 16, 8, 33, 1, 9}, {64, 8, 8, 7, 0, 1}, {32, 6, 3, 2, 0, 100},
+    };
+    for (int i = 0; i < 4; i++) {
+        const int64_t hd = wcfg[i][0], nh = wcfg[i][1], nkv = wcfg[i][2], nt = wcfg[i][3], n_ctx = 48, n_seq = 2;
+        op_case *c = new_case(cs, &n, PL_OP_ATTENTION, key);
+        c->node.iparams[0] = (int32_t)nkv;
+        c->node.iparams[4] = wcfg[i][5];
+        c->node.fparams[0] = 1.0f / sqrtf((float)hd);
+        snprintf(c->desc, sizeof c->desc, "head_dim=%lld n_head=%lld n_kv_head=%lld n_tok=%lld %s window=%d", (long long)hd,
+                 (long long)nh, (long long)nkv, (long long)nt, wcfg[i][4] ? "prefill" : "scattered", wcfg[i][5]);
+        fill_f32(mk(c, 0, PL_F32, 3, hd, nh, nt, 0), r, 1.0f);
+        pl_fill_rows(mk(c, 1, key, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
+        pl_fill_rows(mk(c, 2, key, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
+        pick_slots(r, mk(c, 3, PL_I32, 1, nt, 1, 1, 0), mk(c, 4, PL_I32, 1, nt, 1, 1, 0), nt, n_ctx, n_seq, wcfg[i][4]);
+        mk(c, DST, PL_F32, 2, hd * nh, nt, 1, 0);
+        seal(c);
+    }
     /* Quantized caches as the models use them: rotated (k_rot, v_rot =
      * iparams[2], [3]), and K and V of different dtypes (f16 with q8_0 /
      * q4_0, llama.cpp's -ctk / -ctv); a batch of 70 tokens covers prefill. */
@@ -389,19 +410,20 @@ static int gen_attention(op_case *cs, pl_dtype key, pl_rng *r) {
         static const int qcfg[][7] = {
             /* head_dim, n_head, n_kv_head, n_tok, k_rot, v_rot, V = other dtype */
             {128, 4, 1, 7, 128, 64, 0}, {64, 8, 2, 70, 64, 64, 0}, {128, 8, 4, 3, 128, 64, 1},
-            {64, 4, 2, 5, 0, 0, 1},
+            {64, 4, 2, 5, 0, 0, 1}, {64, 8, 2, 70, 64, 64, 0} /* with a window of 11 */,
         };
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < 5; i++) {
             const int64_t hd = qcfg[i][0], nh = qcfg[i][1], nkv = qcfg[i][2], nt = qcfg[i][3], n_ctx = 96, n_seq = 2;
             const pl_dtype vt = qcfg[i][6] ? other : key;
             op_case *c = new_case(cs, &n, PL_OP_ATTENTION, key);
             c->node.iparams[0] = (int32_t)nkv;
             c->node.iparams[2] = qcfg[i][4];
             c->node.iparams[3] = qcfg[i][5];
+            c->node.iparams[4] = i == 4 ? 11 : 0;
             c->node.fparams[0] = 1.0f / sqrtf((float)hd);
-            snprintf(c->desc, sizeof c->desc, "head_dim=%lld n_head=%lld n_kv_head=%lld n_tok=%lld k_rot=%d v_rot=%d V %s",
+            snprintf(c->desc, sizeof c->desc, "head_dim=%lld n_head=%lld n_kv_head=%lld n_tok=%lld k_rot=%d v_rot=%d V %s window=%d",
                      (long long)hd, (long long)nh, (long long)nkv, (long long)nt, qcfg[i][4], qcfg[i][5],
-                     pl_dtype_name(vt));
+                     pl_dtype_name(vt), c->node.iparams[4]);
             fill_f32(mk(c, 0, PL_F32, 3, hd, nh, nt, 0), r, 1.0f);
             pl_fill_rows(mk(c, 1, key, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
             pl_fill_rows(mk(c, 2, vt, 3, nkv * hd, n_ctx, n_seq, 0), r, 1.0f);
@@ -1061,6 +1083,26 @@ static void test_ref_known(void) {
             CHECK(fabs(o[8 + h * 4 + d] - e) < 1e-6, "token 1 head %d [%d] = %g, expected %g", h, d, o[8 + h * 4 + d], e);
         }
     }
+    /* a sliding window of 1: token 1 sees only v1, token 0 still v0; of 2:
+     * as without a window; negative: refused */
+    c.node.iparams[4] = 1;
+    CHECK(pl_node_validate(&c.node) == PL_OK, "attention node with a window: %s", pl_last_error());
+    CHECK(run_ref(&c.node) == PL_OK, "windowed attention runs");
+    for (int h = 0; h < 2; h++)
+        for (int d = 0; d < 4; d++) {
+            CHECK(o[h * 4 + d] == vv[d], "window 1: token 0 head %d = v0", h);
+            CHECK(o[8 + h * 4 + d] == vv[4 + d], "window 1: token 1 head %d [%d] = %g, expected v1 = %g", h, d,
+                  o[8 + h * 4 + d], vv[4 + d]);
+        }
+    float full[16];
+    c.node.iparams[4] = 0;
+    CHECK(run_ref(&c.node) == PL_OK, "attention runs");
+    memcpy(full, o, sizeof full);
+    c.node.iparams[4] = 2;
+    CHECK(run_ref(&c.node) == PL_OK && !memcmp(full, o, sizeof full), "window 2 == no window at positions 0, 1");
+    c.node.iparams[4] = -1;
+    CHECK(pl_node_validate(&c.node) == PL_ERR_INVALID_ARG, "negative window refused");
+    c.node.iparams[4] = 0;
     /* out-of-range positions are errors, not crashes */
     set_i32(pos, 1, 2);
     CHECK(run_ref(&c.node) == PL_ERR_INVALID_ARG, "attention pos beyond n_ctx");

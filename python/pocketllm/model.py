@@ -454,6 +454,21 @@ class Model:
         a token past it: a gap); -1 for a slot that does not exist."""
         return native.model_kv_len(self._handle, seq)
 
+    def kv_read(self, seq: int, pos: int, n: int) -> bytes:
+        """pl_model_kv_read: slot seq's KV rows of positions pos..pos+n-1
+        (within kv_len), position-major: every layer's K and V rows of one
+        position, then the next, so a prefix of the bytes is the rows of a
+        prefix of the positions."""
+        with self._lock:
+            return native.model_kv_read(self._handle, seq, pos, n)
+
+    def kv_write(self, seq: int, pos: int, data: bytes) -> None:
+        """pl_model_kv_write: rows from kv_read written back into slot seq
+        from position pos (at most kv_len: no gap) at the positions they were
+        read from; the slot then holds pos + len(data) / bytes-per-position."""
+        with self._lock:
+            native.model_kv_write(self._handle, seq, pos, data)
+
     def forward(self, tokens: Sequence[int], pos: Sequence[int], seq: Sequence[int] | int = 0,
                 want_logits: Sequence[bool] | None = None) -> np.ndarray:
         """pl_model_forward: one batch of tokens, each with its own position

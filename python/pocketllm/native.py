@@ -270,6 +270,9 @@ _API_DECLS: dict[str, tuple] = {
     "pl_chat_template_apply": (STATUS, [_p, POINTER(ChatTemplateParams), POINTER(c_void_p), POINTER(c_size_t)]),
     "pl_session_rewind": (STATUS, [_p, c_int32]),
     "pl_model_kv_len": (c_int32, [_p, c_int32]),
+    "pl_model_kv_pos_bytes": (c_size_t, [_p]),
+    "pl_model_kv_read": (STATUS, [_p, c_int32, c_int32, c_int32, c_void_p, c_size_t]),
+    "pl_model_kv_write": (STATUS, [_p, c_int32, c_int32, c_int32, c_void_p, c_size_t]),
 }
 _DECLS.update(_API_DECLS)
 _OPTIONAL |= set(_API_DECLS)
@@ -542,6 +545,23 @@ def session_rewind(s: int, pos: int) -> None:
 
 def model_kv_len(m: int, seq: int) -> int:
     return _need("pl_model_kv_len")(m, int(seq))
+
+
+def model_kv_read(m: int, seq: int, pos: int, n: int) -> bytes:
+    pb = _need("pl_model_kv_pos_bytes")(m)
+    size = max(int(n), 0) * pb
+    buf = ctypes.create_string_buffer(size or 1)
+    _need("pl_model_kv_read")(m, int(seq), int(pos), int(n), buf, size)
+    return buf.raw[:size]
+
+
+def model_kv_write(m: int, seq: int, pos: int, data: bytes) -> None:
+    pb = _need("pl_model_kv_pos_bytes")(m)
+    if not pb or len(data) % pb:
+        raise InvalidArgumentError(f"kv_write: {len(data)} bytes is not a whole number of positions "
+                                   f"({pb} bytes each)")
+    buf = ctypes.create_string_buffer(bytes(data), len(data) or 1)
+    _need("pl_model_kv_write")(m, int(seq), int(pos), len(data) // pb, buf, len(data))
 
 
 # ---- introspection -------------------------------------------------------------

@@ -61,3 +61,39 @@ def test_fit_cache_types_match_cli(ctype):
         if ctype:
             assert (g["cache_type_k"], g["cache_type_v"]) == (ctype, ctype)
         assert g["max_ctx"] >= 0
+
+
+def test_kv_read_write_restores_a_slot():
+    """Model.kv_read / kv_write (pl_model_kv_read / _write): a slot's rows
+    copied into another slot that held other tokens decode bit-identically;
+    a prefix of the bytes restores a prefix of the positions; bad sizes and
+    gaps raise with the slot unchanged."""
+    import numpy as np
+    n = 30
+    toks = [(i * 7919 + 13) % 5000 for i in range(n)]
+    other = [(i * 104729 + 7) % 5000 for i in range(n)]
+    with pocketllm.Model(model_path("tiny-qwen3-f16"), ctx=64, sequences=2) as m:
+        m.forward(toks, list(range(n)), 0)
+        rows = m.kv_read(0, 0, n)
+        assert len(rows) % n == 0 and len(rows) > 0
+        ref = m.forward([1], [n], 0)
+        m.forward(other, list(range(n)), 1)
+        stale = m.forward([1], [n], 1)
+        m.kv_write(1, 0, rows)
+        assert m.kv_len(1) == n
+        assert m.kv_read(1, 0, n) == rows
+        got = m.forward([1], [n], 1)
+        assert np.array_equal(got, ref)
+        assert not np.allclose(stale, ref)  # the slot really held something else
+        # The first 10 positions' bytes are the rows of positions 0..9.
+        per = len(rows) // n
+        m.kv_truncate(1, 0)
+        m.kv_write(1, 0, rows[:10 * per])
+        assert m.kv_len(1) == 10 and m.kv_read(1, 0, 10) == rows[:10 * per]
+        with pytest.raises(pocketllm.InvalidArgumentError, match="whole number"):
+            m.kv_write(1, 0, rows[:per + 1])
+        with pytest.raises(pocketllm.InvalidArgumentError, match="gap"):
+            m.kv_write(1, 11, rows[:per])
+        with pytest.raises(pocketllm.InvalidArgumentError):
+            m.kv_read(1, 0, 11)
+        assert m.kv_len(1) == 10

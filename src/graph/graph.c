@@ -186,6 +186,14 @@ pl_tensor *pl_op_attention_rot(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tens
     return dst;
 }
 
+void pl_op_attention_window(pl_graph *g, pl_tensor *attn, int window) {
+    for (int i = g->n_nodes - 1; i >= 0; i--)
+        if (g->nodes[i].op == PL_OP_ATTENTION && g->nodes[i].dst == attn) {
+            g->nodes[i].iparams[4] = window;
+            return;
+        }
+}
+
 /* ---- planning --------------------------------------------------------------*/
 
 typedef struct free_block { size_t off, size; } free_block;

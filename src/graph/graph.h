@@ -61,6 +61,9 @@ void pl_op_kv_store_rot(pl_graph *g, pl_tensor *rows, pl_tensor *pos, pl_tensor 
                         int head_dim);
 pl_tensor *pl_op_attention_rot(pl_graph *g, pl_tensor *q, pl_tensor *kc, pl_tensor *vc, pl_tensor *pos,
                                pl_tensor *seq, int n_kv_head, float scale, int k_rot, int v_rot);
+/* Makes the attention node that produced attn a sliding-window one (abi.h:
+ * iparams[4]; 0 = full causal). */
+void pl_op_attention_window(pl_graph *g, pl_tensor *attn, int window);
 
 /* Marks a graph output (read after execution). */
 void pl_graph_keep(pl_graph *g, pl_tensor *t);

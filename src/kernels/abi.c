@@ -143,7 +143,9 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
                   "usually 1/sqrt(head_dim)); iparams[2] = k_rot, iparams[3] = v_rot (0 or powers of two dividing "
                   "head_dim): q is rotated by H_{k_rot} (in chunks, as kv_store rotated K), the output by "
                   "H_{v_rot} (undoing V's rotation). A quantized K cache dots q rounded to q8_0 (llama.cpp's "
-                  "vec_dot_type) with the K row; a quantized V row is decoded to f32 and summed in f32",
+                  "vec_dot_type) with the K row; a quantized V row is decoded to f32 and summed in f32; "
+                  "iparams[4] = window: 0 = every position 0..pos[t], > 0 = a sliding window: only positions j "
+                  "with pos[t] - j < window (llama.cpp's LLAMA_SWA_TYPE_STANDARD mask)",
     },
     [PL_OP_GEGLU] = {
         .name = "geglu",
@@ -363,6 +365,7 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
         if (dst->ne[0] != head_dim * n_head || dst->ne[1] != q->ne[2] || dst->ne[2] != 1 || dst->ne[3] != 1)
             return SHAPE_ERR("%s: dst must be [%lld, %lld]", s->name, (long long)(head_dim * n_head), (long long)q->ne[2]);
         if (!isfinite(n->fparams[0])) return SHAPE_ERR("%s: scale must be finite", s->name);
+        if (n->iparams[4] < 0) return SHAPE_ERR("%s: window %d is negative (0 = none)", s->name, n->iparams[4]);
         if ((k->dtype == PL_Q8_0 || k->dtype == PL_Q4_0) && head_dim % 32)
             return SHAPE_ERR("%s: a %s K cache needs head_dim a multiple of 32, not %lld", s->name,
                              pl_dtype_name(k->dtype), (long long)head_dim);

@@ -20,7 +20,7 @@
 
 #define PL_MAX_DIMS 4
 #define PL_MAX_SRC 6
-#define PL_MAX_PARAMS 4
+#define PL_MAX_PARAMS 8
 
 typedef enum pl_buffer_kind {
     PL_BUF_HOST = 0,   /* ordinary host memory (inputs such as token ids) */
@@ -85,7 +85,9 @@ typedef enum pl_op {
      * dst: F32 [head_dim*n_head, n_tok].
      * iparams[0] = n_kv_head. fparams[0] = scale (usually 1/sqrt(head_dim)).
      * Query head h reads KV head h / (n_head / n_kv_head). Token t attends to
-     * cache positions 0..src3[t] of slot src4[t] (those rows must be written). */
+     * cache positions 0..src3[t] of slot src4[t] (those rows must be written),
+     * or with iparams[4] = window > 0 (sliding-window layers, gemma3) only to
+     * positions j with src3[t] - j < window, as llama.cpp's standard SWA mask. */
     PL_OP_ATTENTION,
     /* dst = gelu(src0) * src1, gelu as GGML's CPU backend computes it
      * (GGML_GELU_FP16): g <= -10 gives 0, g >= 10 gives g; otherwise g is

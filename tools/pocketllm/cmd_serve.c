@@ -14,6 +14,9 @@ static const char *serve_usage =
     "  --parallel N         sequences decoded together = KV-cache slots (default 4)\n"
     "  --ctx N              context length per slot (default min(model, 4096))\n"
     "  --batch N            max tokens per forward step (default 512)\n"
+    "  --max-num-batched-tokens N  chunked prefill: tokens per step while any sequence is decoding,\n"
+    "                       its decode tokens included (vLLM's name; default min(128, --batch)); a long\n"
+    "                       prompt is prefilled N at a time between the others' decode steps\n"
     "  --queue N            requests that may wait for a slot (default 4 x parallel; more get 503)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --device ref|cpu|cuda backend (default cpu; 'pocketllm devices' lists them)\n"
@@ -32,6 +35,9 @@ static const char *serve_usage =
     "                       the least recently used slot (default 0.5; 0 = always the longest match)\n"
     "  --drain-timeout S    on SIGTERM, seconds to let running requests finish while new ones get 503\n"
     "                       and /health answers 503 (default 30; a second signal stops at once)\n"
+    "  --cache-ram N, -cram N  keep the KV cache of evicted prompt prefixes in up to N MiB of host memory\n"
+    "                       (llama-server's name and unit; default 0 = off) and restore a returning\n"
+    "                       prefix by copy instead of prefilling it again\n"
     "  --health-queue-full-503  /health answers 503 while every slot is busy and the queue is full\n"
     "  --cache-type-k T, -ctk T  K cache type: f16 (default), q8_0 or q4_0 (llama.cpp's, rotated)\n"
     "  --cache-type-v T, -ctv T  V cache type: f16 (default), q8_0 or q4_0\n"
@@ -88,6 +94,7 @@ static int cmd_serve(int argc, char **argv) {
         INT_OPT("-np", 1, 256, parallel)
         INT_OPT("--ctx", 1, 1 << 24, ctx)
         INT_OPT("--batch", 1, 1 << 16, batch)
+        INT_OPT("--max-num-batched-tokens", 1, 1 << 16, max_batched_tokens)
         INT_OPT("--queue", 0, 1 << 16, queue)
         INT_OPT("--threads", 0, 1024, threads)
         INT_OPT("-t", 0, 1024, threads)
@@ -96,6 +103,8 @@ static int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-conns", 1, 1 << 16, max_conns)
         INT_OPT("--max-conns-per-ip", 0, 1 << 16, max_conns_per_ip)
         INT_OPT("--drain-timeout", 0, 86400, drain_timeout)
+        INT_OPT("--cache-ram", 0, 1 << 24, cache_ram_mib)
+        INT_OPT("-cram", 0, 1 << 24, cache_ram_mib)
 #undef INT_OPT
         else return pl_cli_error("serve: unknown option '%s' (see 'pocketllm serve --help')", a);
     }
@@ -103,6 +112,17 @@ static int cmd_serve(int argc, char **argv) {
     if (!cfg.model_path) return pl_cli_error("serve: --model is required");
     if (pl_cli_check_device("serve", cfg.device)) return 1;   /* before listening: nothing to serve */
     if (cfg.queue < 0) cfg.queue = 4 * cfg.parallel;
+    if (cfg.cache_ram_mib > 0 && !cfg.prompt_cache)
+        return pl_cli_error("serve: --cache-ram keeps evicted prompt-cache prefixes: it needs the prompt cache "
+                            "(drop --no-prompt-cache)");
+    if (cfg.cache_ram_mib > 0) {
+        /* Counted up front: the store may fill, so it must fit beside the
+         * model in the memory there is now (MemAvailable), not fail later. */
+        long long avail = pl_srv_mem_available_mib();
+        if (avail >= 0 && cfg.cache_ram_mib > avail)
+            return pl_cli_error("serve: --cache-ram %lld MiB is more than the %lld MiB of memory available",
+                                cfg.cache_ram_mib, avail);
+    }
     /* Each connection is a socket (and a thread): raise the soft descriptor
      * limit toward the hard one, and allow no more connections than fit. */
     struct rlimit rl;
@@ -172,15 +192,38 @@ static int cmd_serve(int argc, char **argv) {
     s.n_seq = cfg.parallel;
     s.n_batch = cfg.batch;
     if ((long long)s.n_batch > (long long)s.n_ctx * s.n_seq) s.n_batch = s.n_ctx * s.n_seq;
+    /* 128: on a CPU a step of 128 prompt tokens costs a few decode steps of
+     * a 1.5B model, a stall the other streams can take. A step whose decode
+     * tokens alone reach the budget still takes one prompt token, so a
+     * prompt always advances (server_sched.c). */
+    s.step_budget = cfg.max_batched_tokens > 0 ? cfg.max_batched_tokens : 128;
+    if (s.step_budget > s.n_batch) s.step_budget = s.n_batch;
     int rc = 0;
-    if (pl_srv_chat_init(&s) != PL_OK || pl_srv_sched_start(&s) != PL_OK) {
+    if (cfg.cache_ram_mib > 0) {
+        /* The model is loaded: its plan is resident now; the store comes on
+         * top of it. */
+        pl_memory_plan plan = pl_model_memory_plan(s.model);
+        long long avail = pl_srv_mem_available_mib();
+        if (avail >= 0 && cfg.cache_ram_mib > avail) {
+            rc = pl_cli_error("serve: --cache-ram %lld MiB does not fit: %lld MiB of memory is available with the "
+                              "model loaded (weights %.1f, KV cache %.1f, scratch %.1f MiB)",
+                              cfg.cache_ram_mib, avail, plan.weights / 1048576.0, plan.kv_cache / 1048576.0,
+                              plan.scratch / 1048576.0);
+            goto done;
+        }
+        size_t pb = pl_model_kv_pos_bytes(s.model);
+        pl_srv_log("cache-ram: up to %lld MiB of host memory for evicted prompt prefixes (%zu bytes per token: "
+                   "%lld tokens)", cfg.cache_ram_mib, pb,
+                   pb ? (long long)(((unsigned long long)cfg.cache_ram_mib << 20) / (pb + 4)) : 0LL);
+    }
+    if (pl_srv_chat_init(&s) != PL_OK || pl_srv_spill_init(&s) != PL_OK || pl_srv_sched_start(&s) != PL_OK) {
         rc = pl_cli_error("serve: cannot start: out of memory");
         goto done;
     }
     atomic_store(&s.state, PL_SRV_READY);
-    pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d, queue %d%s",
+    pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d (%d while decoding), queue %d%s",
                s.model_id, pl_model_arch(s.model), pl_model_device(s.model), (pl_srv_now() - t0) * 1e3, s.n_seq,
-               s.n_ctx, s.n_batch, cfg.queue, cfg.api_key ? ", API key required" : "");
+               s.n_ctx, s.n_batch, s.step_budget, cfg.queue, cfg.api_key ? ", API key required" : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);
@@ -209,6 +252,7 @@ done:
     pl_srv_http_stop(&s);
     pl_srv_chat_free(&s);
     pl_srv_sched_free(&s);
+    pl_srv_spill_free(&s);
     pl_model_free(s.model);
     return rc;
 }

@@ -45,6 +45,7 @@ typedef struct pl_srv_config {
     int threads;
     int parallel;            /* KV-cache slots = sequences decoded together */
     int batch;               /* max tokens per forward step */
+    int max_batched_tokens;  /* tokens per step while sequences decode (chunked prefill); 0 = default */
     int queue;               /* requests that may wait for a slot */
     int idle_timeout;        /* seconds an idle keep-alive connection is kept */
     bool metrics;
@@ -67,6 +68,9 @@ typedef struct pl_srv_config {
     float slot_similarity;
     int drain_timeout;
     bool health_queue_full_503;
+    /* --cache-ram MiB (llama-server's name and unit; 0 = off): evicted
+     * prompt prefixes' KV rows kept in host memory (server_spill.c). */
+    long long cache_ram_mib;
 } pl_srv_config;
 
 /* An API error in OpenAI's shape. */
@@ -212,6 +216,7 @@ typedef struct pl_srv {
     char model_id[256];
     int32_t n_vocab, n_ctx;
     int n_seq, n_batch;
+    int step_budget;             /* tokens per step while any sequence decodes (<= n_batch) */
     long long started;
 
     /* chat template (server_chat.c) */
@@ -239,6 +244,10 @@ typedef struct pl_srv {
     int32_t *slot_pos;           /* KV positions held per slot (busy or cached) */
     int32_t *slot_cached;        /* tokens the slot's cache holds for reuse */
     atomic_int inflight;         /* generation requests not yet answered in full */
+    /* --cache-ram store (server_spill.c), guarded by mu */
+    struct pl_srv_spill *spill;  /* NULL: off */
+    uint64_t spill_capacity, spill_bytes, spill_entries;
+    uint64_t m_spill_saved, m_spill_hits, m_spill_tok, m_spill_evicted;
 
     /* scheduler thread only */
     pthread_t sched;
@@ -277,6 +286,18 @@ void pl_srv_count_status(pl_srv *s, unsigned status);
 int pl_srv_load(pl_srv *s);
 double pl_srv_now(void);
 void pl_srv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* server_spill.c (--cache-ram): under s->mu, on the scheduler thread. */
+pl_status pl_srv_spill_init(pl_srv *s);
+void pl_srv_spill_free(pl_srv *s);
+/* Before a new request prefills over slot's cache past its first reuse
+ * tokens: keeps the slot's cached prefix in the store. */
+void pl_srv_spill_save(pl_srv *s, int slot, size_t reuse);
+/* After the slot is cut to reuse tokens: copies back the rest of the longest
+ * stored prefix of q's prompt, if longer; returns the tokens now cached. */
+size_t pl_srv_spill_restore(pl_srv *s, const pl_srv_seq *q, int slot, size_t reuse);
+/* The host's MemAvailable in MiB; -1 when unknown (not Linux). */
+long long pl_srv_mem_available_mib(void);
 
 /* server_openai.c */
 /* Parses a request body (the bytes as received) into a JSON object. The

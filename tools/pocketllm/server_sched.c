@@ -4,7 +4,12 @@
  *
  * Each step builds a single pl_batch: first one decode token for every
  * sequence that is generating, then prompt tokens of sequences still in
- * prefill (oldest admission first) up to the step's token budget. Logits are
+ * prefill (oldest admission first) up to the step's token budget: --batch
+ * when no sequence is decoding, else --max-num-batched-tokens (vLLM's name;
+ * smaller), so a long prompt is prefilled in chunks interleaved with the
+ * running sequences' decode steps (chunked prefill). The split of a prompt
+ * into chunks does not change its numbers: the model is loaded
+ * batch-invariant (tests/server/test_chunked_prefill.py). Logits are
  * requested for the decode tokens and for the last prompt token of a prompt
  * that completes in this step, so each slot contributes at most one row (the
  * engine returns at most n_seq rows per sub-batch). Every sequence has its
@@ -26,6 +31,9 @@
  * depend only on the tokens before it, and the forward pass is
  * batch-invariant, so starting mid-sequence gives the same numbers as a full
  * prefill (tests/server/test_prompt_cache.py checks token identity).
+ * With --cache-ram, what a slot held past the reused prefix is first copied
+ * to host memory, and a prompt that a kept prefix covers further than its
+ * slot does gets those rows copied back (server_spill.c).
  */
 #include "server.h"
 #include <math.h>
@@ -294,6 +302,9 @@ static void admit(pl_srv *s) {
             pl_srv_seq *q = &r->seqs[i];
             size_t reuse = 0;
             int slot = pick_slot(s, q, &reuse);
+            /* --cache-ram: what the slot holds past reuse is about to be
+             * prefilled over; keep it in host memory first. */
+            pl_srv_spill_save(s, slot, reuse);
             s->slot_seq[slot] = q;
             q->slot = slot;
             q->state = PL_SEQ_PREFILL;
@@ -302,6 +313,7 @@ static void admit(pl_srv *s) {
             /* The slot's cache now holds the prompt's first `reuse` tokens
              * only; what it held past them is prefilled over. */
             pl_model_kv_truncate(s->model, slot, (int32_t)reuse);
+            reuse = pl_srv_spill_restore(s, q, slot, reuse);
             s->slot_cached[slot] = (int32_t)reuse;
             s->slot_pos[slot] = (int32_t)reuse;
             q->n_cached = reuse;
@@ -446,7 +458,12 @@ static void *sched_main(void *arg) {
             for (int j = i; j > 0 && order[j]->admit_no < order[j - 1]->admit_no; j--) {
                 pl_srv_seq *t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
             }
-        int budget = s->n_batch - nb;
+        /* Chunked prefill: while any sequence is decoding, the step holds
+         * at most --max-num-batched-tokens tokens, so a long prompt arriving
+         * is prefilled a chunk per step between the others' decode tokens
+         * instead of stalling them for the whole prompt. With no one
+         * decoding nobody waits on the step: prefill runs at --batch. */
+        int budget = (nb > 0 ? s->step_budget : s->n_batch) - nb;
         if (budget < 1) budget = 1;
         for (int i = 0; i < norder && budget > 0; i++) {
             pl_srv_seq *q = order[i];
@@ -637,6 +654,10 @@ json_t *pl_srv_slots_json(pl_srv *s) {
     }
     json_t *o = json_pack("{s:o, s:i, s:i, s:i}", "slots", slots, "queue_depth", s->q_len, "queue_capacity",
                           s->cfg.queue, "slots_busy", s->slots_busy);
+    if (o && s->spill)
+        json_object_set_new(o, "cache_ram", json_pack("{s:I, s:I, s:I}", "entries", (json_int_t)s->spill_entries,
+                                                      "bytes", (json_int_t)s->spill_bytes, "capacity_bytes",
+                                                      (json_int_t)s->spill_capacity));
     pthread_mutex_unlock(&s->mu);
     return o;
 }
@@ -696,6 +717,18 @@ void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
          (double)s->m_cache_hits},
         {"pocketllm:prompt_cache_tokens_total", "counter", "Prompt tokens reused from the prompt cache.",
          (double)s->m_cache_tok},
+        {"pocketllm:prompt_cache_ram_hits_total", "counter",
+         "Sequences that restored a prompt prefix from host memory (--cache-ram).", (double)s->m_spill_hits},
+        {"pocketllm:prompt_cache_ram_tokens_total", "counter",
+         "Prompt tokens restored from host memory instead of prefilled (--cache-ram).", (double)s->m_spill_tok},
+        {"pocketllm:prompt_cache_ram_saved_total", "counter", "Evicted slot prefixes kept in host memory.",
+         (double)s->m_spill_saved},
+        {"pocketllm:prompt_cache_ram_evictions_total", "counter",
+         "Prefixes dropped from host memory to make room (least recently used).", (double)s->m_spill_evicted},
+        {"pocketllm:prompt_cache_ram_bytes", "gauge", "Host memory held by kept prefixes.", (double)s->spill_bytes},
+        {"pocketllm:prompt_cache_ram_capacity_bytes", "gauge", "--cache-ram in bytes (0 = off).",
+         (double)s->spill_capacity},
+        {"pocketllm:prompt_cache_ram_entries", "gauge", "Prefixes kept in host memory.", (double)s->spill_entries},
         {"vllm:num_requests_running", "gauge", "Requests holding slots (vLLM name).", (double)s->slots_busy},
         {"vllm:num_requests_waiting", "gauge", "Requests waiting for a slot (vLLM name).", (double)s->q_len},
         {"vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, 1 = full (vLLM name).", kv_ratio},

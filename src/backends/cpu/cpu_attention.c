@@ -44,6 +44,7 @@
  */
 #include <math.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "core/cpu_features.h"
@@ -180,6 +181,13 @@ static inline int32_t pl_att_i32(const pl_tensor *t, int64_t i) {
     return v;
 }
 
+/* The first cache position token position p attends to: 0, or with a
+ * sliding window (iparams[4] > 0) p - window + 1. */
+static inline int64_t pl_att_lo(const pl_node *node, int32_t p) {
+    const int w = node->iparams[4];
+    return w > 0 && p - w + 1 > 0 ? (int64_t)p - w + 1 : 0;
+}
+
 /* Tokens per task: enough that a task has about PL_ATT_ROWS query rows. */
 static int64_t pl_att_tb(int64_t group) { return group >= PL_ATT_ROWS ? 1 : PL_ATT_ROWS / group; }
 
@@ -218,16 +226,25 @@ static void pl_att_run_tokens(const pl_att_job *j, int64_t g, int64_t t0, int64_
     const int64_t hd = j->head_dim, ldS = j->n_ctx;
     const int32_t sq = pl_att_i32(node->src[4], t0);
     const size_t el = j->f16 ? 2 : 4;
-    const char *kbase = (const char *)pl_tensor_row(k, 0, sq, 0) + g * hd * (int64_t)el;
-    const char *vbase = (const char *)pl_tensor_row(v, 0, sq, 0) + g * hd * (int64_t)el;
+    /* positions from the run's first window start (0 without a window);
+     * S columns and n_kv / lo below count from there */
+    int64_t base = INT64_MAX;
+    for (int64_t t = t0; t < t1; t++) {
+        const int64_t lo = pl_att_lo(node, pl_att_i32(node->src[3], t));
+        if (lo < base) base = lo;
+    }
+    const char *kbase = (const char *)pl_tensor_row(k, base, sq, 0) + g * hd * (int64_t)el;
+    const char *vbase = (const char *)pl_tensor_row(v, base, sq, 0) + g * hd * (int64_t)el;
     const float *qr[PL_ATT_RUN_ROWS];
-    int64_t n_kv[PL_ATT_RUN_ROWS];
+    int64_t n_kv[PL_ATT_RUN_ROWS], lo_kv[PL_ATT_RUN_ROWS];
     int n_rows = 0;
     int64_t max_kv = 0;
     for (int64_t t = t0; t < t1; t++) {
-        const int64_t nk = (int64_t)pl_att_i32(node->src[3], t) + 1;
+        const int32_t p = pl_att_i32(node->src[3], t);
+        const int64_t nk = (int64_t)p + 1 - base, lo = pl_att_lo(node, p) - base;
         for (int64_t h = h0; h < h1; h++) {
             qr[n_rows] = (const float *)pl_tensor_row(q, g * j->group + h, t, 0);
+            lo_kv[n_rows] = lo;
             n_kv[n_rows++] = nk;
         }
         if (nk > max_kv) max_kv = nk;
@@ -240,11 +257,13 @@ static void pl_att_run_tokens(const pl_att_job *j, int64_t g, int64_t t0, int64_
             pl_att_scores(j, R, qr + r0, kbase + jb * (int64_t)k->nb[1], k->nb[1], n, S + r0 * ldS + jb, ldS);
         }
     }
-    /* causal softmax per query row; weight 0 past its own position */
+    /* causal softmax per query row; weight 0 past its own position and
+     * before its window */
     float sums[PL_ATT_RUN_ROWS];
     for (int r = 0; r < n_rows; r++) {
         float *sr = S + r * ldS;
-        sums[r] = pl_att_softmax(j, sr, n_kv[r]);
+        sums[r] = pl_att_softmax(j, sr + lo_kv[r], n_kv[r] - lo_kv[r]);
+        for (int64_t i = 0; i < lo_kv[r]; i++) sr[i] = 0.0f;
         for (int64_t i = n_kv[r]; i < max_kv; i++) sr[i] = 0.0f;
     }
     /* values, one L1 block of V rows at a time */
@@ -310,11 +329,11 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const int64_t hd = j->head_dim, ldS = j->n_ctx;
-    const int32_t sq = pl_att_i32(node->src[4], t);
-    const int64_t n = (int64_t)pl_att_i32(node->src[3], t) + 1;
+    const int32_t sq = pl_att_i32(node->src[4], t), p = pl_att_i32(node->src[3], t);
+    const int64_t lo = pl_att_lo(node, p), n = (int64_t)p + 1 - lo;
     const size_t el = j->f16 ? 2 : 4;
-    const char *kbase = (const char *)pl_tensor_row(k, 0, sq, 0) + g * hd * (int64_t)el;
-    const char *vbase = (const char *)pl_tensor_row(v, 0, sq, 0) + g * hd * (int64_t)el;
+    const char *kbase = (const char *)pl_tensor_row(k, lo, sq, 0) + g * hd * (int64_t)el;
+    const char *vbase = (const char *)pl_tensor_row(v, lo, sq, 0) + g * hd * (int64_t)el;
     const float *qr[PL_ATT_RUN_ROWS];
     const int R = (int)(h1 - h0);
     for (int r = 0; r < R; r++) {
@@ -378,11 +397,11 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const int64_t hd = j->head_dim, G = j->group, rows = (g1 - g0) * G;
-    const int32_t sq = pl_att_i32(node->src[4], t);
-    const int64_t n = (int64_t)pl_att_i32(node->src[3], t) + 1;
+    const int32_t sq = pl_att_i32(node->src[4], t), p = pl_att_i32(node->src[3], t);
+    const int64_t lo = pl_att_lo(node, p), n = (int64_t)p + 1 - lo;
     const size_t el = j->f16 ? 2 : 4, ks = k->nb[1], vs = v->nb[1];
-    const char *kbase = (const char *)pl_tensor_row(k, 0, sq, 0) + g0 * hd * (int64_t)el;
-    const char *vbase = (const char *)pl_tensor_row(v, 0, sq, 0) + g0 * hd * (int64_t)el;
+    const char *kbase = (const char *)pl_tensor_row(k, lo, sq, 0) + g0 * hd * (int64_t)el;
+    const char *vbase = (const char *)pl_tensor_row(v, lo, sq, 0) + g0 * hd * (int64_t)el;
     float *S = (float *)scratch, *Q = S + rows * PL_ATT_PIECE, *A = Q + rows * hd, *M = A + rows * hd,
           *sum = M + rows;
     uint8_t *newmax = (uint8_t *)(sum + rows);
@@ -617,7 +636,7 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
     const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
     const int max_nr = j->kt->max_nr, max_nc = j->kt->max_nc;
-    for (int64_t j0 = 0; j0 <= p; j0 += PL_ATTQ_JB) {
+    for (int64_t j0 = pl_att_lo(node, p); j0 <= p; j0 += PL_ATTQ_JB) {
         const int64_t n = p + 1 - j0 < PL_ATTQ_JB ? p + 1 - j0 : PL_ATTQ_JB;
         /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
@@ -770,7 +789,8 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     /* iparams[1]: batch-invariant (the server): every batch takes the decode
      * path, so a token's result never depends on what it was batched with. */
     job.online = sw_fa && (job.n_tok < PL_ATT_ONLINE_TOK || node->iparams[1]);
-    job.flash = sw_flash && !job.online && pl_att_use_flash(node);
+    /* the tiled kernel has no window: sliding-window layers take the blocked path */
+    job.flash = sw_flash && !job.online && node->iparams[4] <= 0 && pl_att_use_flash(node);
     job.per_thread = pl_att_per_thread(node);
     job.tb = job.flash ? pl_att_flash_tb(job.group) : pl_att_tb(job.group);
     job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;

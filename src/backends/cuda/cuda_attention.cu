@@ -269,6 +269,9 @@ pl_status pl_cu_attention(pl_cu_ctx *cu, const pl_node *node) {
         return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: attention has no kernel for a dtype %d cache", (int)k->dtype);
     if (D > 256)
         return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: attention supports head_dim up to 256, not %lld", (long long)D);
+    if (node->iparams[4] > 0)
+        return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: attention with a sliding window (%d) is not implemented",
+                            node->iparams[4]);
     if (T > 65535)
         return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: attention over %lld tokens in one call", (long long)T);
     const bool f16 = k->dtype == PL_F16;

@@ -277,9 +277,14 @@ static void sig_tensor(uint64_t **w, const pl_tensor *t) {
     *w = p;
 }
 
+/* 64-bit words a node's parameter array takes in the signature */
+#define PL_CU_PAR_WORDS(field) ((size_t)sizeof(((pl_node *)0)->field) / 8u)
+
 /* The graph's signature into cu->sig; returns its length in words (0 = out of memory). */
 static size_t sig_build(pl_cu_ctx *cu, const pl_graph *g) {
-    const size_t per_node = 1 + 4 + (PL_MAX_SRC + 1) * (2 + 2 * PL_MAX_DIMS);
+    /* op, the parameters as 64-bit words, each operand's signature */
+    const size_t n_par = PL_CU_PAR_WORDS(fparams) + PL_CU_PAR_WORDS(iparams);
+    const size_t per_node = 1 + n_par + (PL_MAX_SRC + 1) * (2 + 2 * PL_MAX_DIMS);
     const size_t need = 3 + (size_t)g->n_nodes * per_node;
     if (need > cu->sig_cap) {
         uint64_t *s = (uint64_t *)realloc(cu->sig, need * sizeof *s);
@@ -295,19 +300,16 @@ static size_t sig_build(pl_cu_ctx *cu, const pl_graph *g) {
     for (int i = 0; i < g->n_nodes; i++) {
         const pl_node *nd = &g->nodes[i];
         *w++ = (uint64_t)nd->op;
-        uint64_t fp[2], ip[2];
-        memcpy(fp, nd->fparams, sizeof fp);
-        memcpy(ip, nd->iparams, sizeof ip);
-        *w++ = fp[0];
-        *w++ = fp[1];
-        *w++ = ip[0];
-        *w++ = ip[1];
+        memcpy(w, nd->fparams, sizeof nd->fparams);
+        w += PL_CU_PAR_WORDS(fparams);
+        memcpy(w, nd->iparams, sizeof nd->iparams);
+        w += PL_CU_PAR_WORDS(iparams);
         for (int s = 0; s < PL_MAX_SRC; s++) sig_tensor(&w, nd->src[s]);
         sig_tensor(&w, nd->dst);
     }
     return (size_t)(w - cu->sig);
 }
-static_assert(sizeof(((pl_node *)0)->fparams) == 16 && sizeof(((pl_node *)0)->iparams) == 16, "node params");
+static_assert(sizeof(((pl_node *)0)->fparams) % 8 == 0 && sizeof(((pl_node *)0)->iparams) % 8 == 0, "node params");
 
 static void graph_entry_clear(pl_cu_graph_entry *e) {
     if (e->exec) cudaGraphExecDestroy(e->exec);

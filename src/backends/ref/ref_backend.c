@@ -271,7 +271,7 @@ static pl_status ref_attention_quant(pl_exec_ctx *ctx, const pl_node *node) {
     const int n_kv_head = node->iparams[0];
     const int64_t group = n_head / n_kv_head;
     const double scale = node->fparams[0];
-    const int k_rot = node->iparams[2], v_rot = node->iparams[3];
+    const int k_rot = node->iparams[2], v_rot = node->iparams[3], window = node->iparams[4];
     for (int i = 1; i <= 2; i++) {
         const pl_dtype t = node->src[i]->dtype;
         if (t != PL_F16 && t != PL_F32 && !ref_quantized(t))
@@ -286,6 +286,7 @@ static pl_status ref_attention_quant(pl_exec_ctx *ctx, const pl_node *node) {
     const size_t k_off = pl_dtype_row_size(k->dtype, head_dim), v_off = pl_dtype_row_size(v->dtype, head_dim);
     for (int64_t t = 0; t < n_tok; t++) {
         const int32_t p = i32_at(pos, t), sq = i32_at(seq, t);
+        const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;   /* sliding window */
         for (int64_t h = 0; h < n_head; h++) {
             const int64_t g = h / group;   /* this head's slice of a cache row */
             memcpy(qf, f32_at(q, 0, h, t, 0), (size_t)head_dim * sizeof(float));
@@ -300,7 +301,7 @@ static pl_status ref_attention_quant(pl_exec_ctx *ctx, const pl_node *node) {
                 memcpy(qr, qf, (size_t)head_dim * sizeof(float));
             }
             double mx = -INFINITY;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 pl_dequantize_row(k->dtype, (const char *)pl_tensor_row(k, j, sq, 0) + g * k_off, row, head_dim);
                 double dot = 0.0;
                 for (int64_t d = 0; d < head_dim; d++) dot += (double)qr[d] * row[d];
@@ -308,12 +309,12 @@ static pl_status ref_attention_quant(pl_exec_ctx *ctx, const pl_node *node) {
                 if (score[j] > mx) mx = score[j];
             }
             double sum = 0.0;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 score[j] = exp(score[j] - mx);
                 sum += score[j];
             }
             for (int64_t d = 0; d < head_dim; d++) acc[d] = 0.0;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 pl_dequantize_row(v->dtype, (const char *)pl_tensor_row(v, j, sq, 0) + g * v_off, row, head_dim);
                 for (int64_t d = 0; d < head_dim; d++) acc[d] += score[j] * row[d];
             }
@@ -333,6 +334,7 @@ static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
     const int n_kv_head = node->iparams[0];
     const int64_t group = n_head / n_kv_head;
     const double scale = node->fparams[0];
+    const int window = node->iparams[4];
     if (ref_quantized(k->dtype) || ref_quantized(v->dtype) || node->iparams[2] || node->iparams[3])
         return ref_attention_quant(ctx, node);
     if ((k->dtype != PL_F16 && k->dtype != PL_F32) || v->dtype != k->dtype)
@@ -345,11 +347,12 @@ static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
     const size_t el = pl_dtype_get(k->dtype)->type_size;
     for (int64_t t = 0; t < n_tok; t++) {
         const int32_t p = i32_at(pos, t), sq = i32_at(seq, t);
+        const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;   /* sliding window */
         for (int64_t h = 0; h < n_head; h++) {
             const int64_t off = (h / group) * head_dim;   /* this head's slice of a cache row */
             const float *qr = f32_at(q, 0, h, t, 0);
             double mx = -INFINITY;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 const char *kr = (const char *)pl_tensor_row(k, j, sq, 0) + off * (int64_t)el;
                 double dot = 0.0;
                 for (int64_t d = 0; d < head_dim; d++) dot += (double)qr[d] * cache_at(k, kr, d);
@@ -357,12 +360,12 @@ static pl_status ref_attention(pl_exec_ctx *ctx, const pl_node *node) {
                 if (score[j] > mx) mx = score[j];
             }
             double sum = 0.0;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 score[j] = exp(score[j] - mx);
                 sum += score[j];
             }
             for (int64_t d = 0; d < head_dim; d++) acc[d] = 0.0;
-            for (int64_t j = 0; j <= p; j++) {
+            for (int64_t j = lo; j <= p; j++) {
                 const char *vr = (const char *)pl_tensor_row(v, j, sq, 0) + off * (int64_t)el;
                 for (int64_t d = 0; d < head_dim; d++) acc[d] += score[j] * cache_at(v, vr, d);
             }
