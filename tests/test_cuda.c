@@ -68,7 +68,7 @@ static void test_table(void) {
     const pl_backend *b = &pl_backend_cuda, *ref = pl_backend_find("ref");
     CHECK(!strcmp(b->name, "cuda") && b->summary && !b->awaits && b->probe && b->ctx_create && b->ctx_free,
           "the cuda backend is an implemented backend");
-    CHECK(b->n_kernels == 2 * N_WT + 8, "cuda lists %zu kernels", b->n_kernels);
+    CHECK(b->n_kernels == 2 * N_WT + 11, "cuda lists %zu kernels", b->n_kernels);
     for (size_t i = 0; i < N_WT; i++) {
         CHECK(pl_backend_supports(b, PL_OP_GET_ROWS, weight_types[i]), "get_rows %s", pl_dtype_name(weight_types[i]));
         CHECK(pl_backend_supports(b, PL_OP_MATMUL, weight_types[i]), "matmul %s", pl_dtype_name(weight_types[i]));

@@ -52,6 +52,11 @@ static const fixture fixtures[] = {
     {"tiny-llama-spm-untied-q8_0", 0.2f, 0.2f, NULL},
     {"tiny-qwen3moe-f16", 0.1f, 0.1f, NULL},
     {"tiny-qwen3moe-q4_k_m", 1.0f, 1.0f, NULL},
+    /* gemma3: 7 layers (layer 5 global, the rest sliding-window), window 8, so
+     * every prompt's later steps attend across the window's edge; the f16 file
+     * declares final_logit_softcapping 8, the q4_k_m file (same weights) none. */
+    {"tiny-gemma3-f16", 0.1f, 0.1f, NULL},
+    {"tiny-gemma3-q4_k_m", 1.0f, 1.0f, NULL},
     /* The quantization ladder (q2_K, IQ and TQ files). tol 1.0 as for the other
      * quantized files: exact arithmetic on the decoded weights (ref) is measured
      * at up to 0.862 from llama.cpp (iq2_xxs; PROVENANCE.md's float64 pass found

@@ -238,6 +238,42 @@ static int gen_swiglu(op_case *cs, pl_rng *r) {
     return n;
 }
 
+/* geglu: gates spread over [-16, 16] so the clamps at +-10 and the f16 table
+ * both get exercised; scale / softcap on values large enough to saturate. */
+static int gen_geglu(op_case *cs, pl_rng *r) {
+    int n = 0;
+    static const int64_t shapes[][2] = {{1, 1}, {17, 7}, {640, 3}, {2048, 2}};
+    for (int i = 0; i < 4; i++) {
+        const size_t pad = i % 2 ? 8 : 0;
+        op_case *c = new_case(cs, &n, PL_OP_GEGLU, PL_F32);
+        snprintf(c->desc, sizeof c->desc, "[%lld, %lld]%s", (long long)shapes[i][0], (long long)shapes[i][1],
+                 pad ? " strided" : "");
+        fill_f32(mk(c, 0, PL_F32, 2, shapes[i][0], shapes[i][1], 1, pad), r, 6.0f);
+        fill_f32(mk(c, 1, PL_F32, 2, shapes[i][0], shapes[i][1], 1, pad ? 4 : 0), r, 1.0f);
+        mk(c, DST, PL_F32, 2, shapes[i][0], shapes[i][1], 1, 0);
+        seal(c);
+    }
+    return n;
+}
+
+static int gen_scale_softcap(op_case *cs, pl_op op, pl_rng *r) {
+    int n = 0;
+    static const int64_t shapes[][3] = {{1, 1, 1}, {17, 7, 1}, {256, 4, 3}, {4096, 9, 1}};
+    static const float params[] = {16.0f, 0.125f, 30.0f, 2.5f};
+    for (int i = 0; i < 4; i++) {
+        const size_t pad = i % 2 ? 8 : 0;
+        const int nd = shapes[i][2] > 1 ? 3 : 2;
+        op_case *c = new_case(cs, &n, op, PL_F32);
+        c->node.fparams[0] = op == PL_OP_SCALE && i == 3 ? -1.5f : params[i];
+        snprintf(c->desc, sizeof c->desc, "[%lld, %lld, %lld] %g%s", (long long)shapes[i][0], (long long)shapes[i][1],
+                 (long long)shapes[i][2], c->node.fparams[0], pad ? " strided" : "");
+        fill_f32(mk(c, 0, PL_F32, nd, shapes[i][0], shapes[i][1], shapes[i][2], pad), r, 20.0f);
+        mk(c, DST, PL_F32, nd, shapes[i][0], shapes[i][1], shapes[i][2], 0);
+        seal(c);
+    }
+    return n;
+}
+
 static int gen_rope(op_case *cs, pl_rng *r) {
     int n = 0;
     static const int cfg[][6] = {
@@ -499,6 +535,9 @@ static int gen_cases(pl_op op, pl_dtype key, op_case *cs, pl_rng *r) {
     case PL_OP_MOE_TOPK: return gen_moe_topk(cs, r);
     case PL_OP_MATMUL_ID: return gen_matmul_id(cs, key, r);
     case PL_OP_MOE_COMBINE: return gen_moe_combine(cs, r);
+    case PL_OP_GEGLU: return gen_geglu(cs, r);
+    case PL_OP_SCALE: return gen_scale_softcap(cs, PL_OP_SCALE, r);
+    case PL_OP_SOFTCAP: return gen_scale_softcap(cs, PL_OP_SOFTCAP, r);
     default: return 0;
     }
 }
@@ -1009,6 +1048,26 @@ static void test_validate(void) {
     n.op = PL_OP_SWIGLU;
     CHECK(pl_node_validate(&n) == PL_OK, "swiglu of equal shapes: %s", pl_last_error());
     n.src[1] = &c.t[1]; expect_invalid(&n, "swiglu with a broadcast");
+    n.src[1] = &c.t[0];
+    n.op = PL_OP_GEGLU;
+    CHECK(pl_node_validate(&n) == PL_OK, "geglu of equal shapes: %s", pl_last_error());
+    n.src[1] = &c.t[1]; expect_invalid(&n, "geglu with a broadcast");
+    n = c.node;
+    n.src[1] = NULL;
+    n.op = PL_OP_SCALE;
+    n.fparams[0] = 0.5f;
+    CHECK(pl_node_validate(&n) == PL_OK, "scale of a strided x: %s", pl_last_error());
+    n.fparams[0] = INFINITY; expect_invalid(&n, "scale by inf");
+    n.op = PL_OP_SOFTCAP;
+    n.fparams[0] = 30.0f;
+    CHECK(pl_node_validate(&n) == PL_OK, "softcap 30: %s", pl_last_error());
+    n.fparams[0] = 0.0f; expect_invalid(&n, "softcap 0");
+    n.fparams[0] = -3.0f; expect_invalid(&n, "negative softcap");
+    n.fparams[0] = 30.0f;
+    n.src[1] = &c.t[1]; expect_invalid(&n, "softcap with a second input");
+    n.src[1] = NULL;
+    pl_tensor sd = c.t[DST];
+    sd.ne[1] = 2; n.dst = &sd; expect_invalid(&n, "softcap dst of another shape");
     free_case(&c);
 
     memset(&c, 0, sizeof c);
@@ -1252,6 +1311,56 @@ static void test_ref_known(void) {
         const double e = gv[i] / (1 + exp(-gv[i])) * uv[i];
         CHECK(close_rel(((float *)y->data)[i], e, 1e-6) || (e == 0 && ((float *)y->data)[i] == 0), "swiglu[%d]", i);
     }
+    free_case(&c);
+
+    /* geglu: GGML's f16-table GELU. The expected values are computed here
+     * from the definition in double (tanh form), then rounded as GGML does:
+     * gate and GELU to f16 (round to nearest even), clamps at +-10. */
+    memset(&c, 0, sizeof c);
+    c.node.op = PL_OP_GEGLU;
+    a = mk(&c, 0, PL_F32, 1, 8, 1, 1, 0);
+    b = mk(&c, 1, PL_F32, 1, 8, 1, 1, 0);
+    y = mk(&c, DST, PL_F32, 1, 8, 1, 1, 0);
+    const float gg[8] = {1.0f, 0.0f, -2.0f, 0.3333333f, -10.0f, 10.0f, 12.5f, -9.99f};
+    const float gu[8] = {2.0f, 5.0f, 1.0f, -3.0f, 7.0f, 0.5f, 2.0f, 1.0f};
+    memcpy(a->data, gg, sizeof gg);
+    memcpy(b->data, gu, sizeof gu);
+    CHECK(run_ref(&c.node) == PL_OK, "geglu runs");
+    for (int i = 0; i < 8; i++) {
+        double e;
+        if (gg[i] <= -10.0f) e = 0.0;
+        else if (gg[i] >= 10.0f) e = (double)gg[i] * gu[i];
+        else {
+            const double x = pl_f16_to_f32(pl_f32_to_f16(gg[i]));
+            const double gl = 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * x * (1.0 + 0.044715 * x * x)));
+            e = (double)pl_f16_to_f32(pl_f32_to_f16((float)gl)) * gu[i];
+        }
+        /* the f16 rounding of gelu may land one f16 ulp apart from double's */
+        CHECK(fabs(((float *)y->data)[i] - e) <= fabs(e) * 1.0e-3 + 1e-7, "geglu[%d] = %g, expected %g", i,
+              ((float *)y->data)[i], e);
+    }
+    /* gelu(1) = 0.8412 (f16 0.8413), gelu(-2) = -0.04550 */
+    CHECK(fabs(((float *)y->data)[0] - 2 * 0.8412) < 2e-3 && fabs(((float *)y->data)[2] + 0.0455) < 1e-4,
+          "geglu known values");
+    free_case(&c);
+
+    /* scale and softcap */
+    memset(&c, 0, sizeof c);
+    c.node.op = PL_OP_SCALE;
+    c.node.fparams[0] = 16.0f;
+    a = mk(&c, 0, PL_F32, 1, 3, 1, 1, 0);
+    y = mk(&c, DST, PL_F32, 1, 3, 1, 1, 0);
+    const float sv[3] = {1.5f, -0.25f, 3.0f};
+    memcpy(a->data, sv, sizeof sv);
+    CHECK(run_ref(&c.node) == PL_OK, "scale runs");
+    const float es[3] = {24.0f, -4.0f, 48.0f};
+    CHECK(!memcmp(y->data, es, sizeof es), "scale by 16");
+    c.node.op = PL_OP_SOFTCAP;
+    c.node.fparams[0] = 2.0f;
+    CHECK(run_ref(&c.node) == PL_OK, "softcap runs");
+    for (int i = 0; i < 3; i++)
+        CHECK(close_rel(((float *)y->data)[i], 2.0 * tanh(sv[i] / 2.0), 1e-6), "softcap[%d]", i);
+    CHECK(fabsf(((float *)y->data)[2]) < 2.0f, "softcap bounds |x| by c");
     free_case(&c);
 
     /* kv_store into an f16 cache rounds to nearest even */

@@ -21,6 +21,11 @@ typedef struct pl_hparams {
     int rope_mode;                    /* pl_op_rope mode: 0 normal (adjacent pairs, llama), 2 NeoX (qwen) */
     /* qwen3moe: experts per layer, experts each token uses, an expert's FFN width */
     int64_t n_expert, n_expert_used, n_ff_exp;
+    /* gemma3 (src/models/gemma3.c) */
+    int64_t n_swa;                    /* attention.sliding_window: window of the local layers */
+    float rope_base_swa;              /* RoPE base of the local layers (10000, as llama.cpp sets it) */
+    float attn_scale;                 /* query scale (1/sqrt(head_dim); 27B: 1/sqrt(n_embd/n_head)) */
+    float final_softcap;              /* final_logit_softcapping as the file declares it, 0 = none */
 } pl_hparams;
 
 typedef struct pl_layer_weights {
@@ -30,6 +35,8 @@ typedef struct pl_layer_weights {
     pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
     /* qwen3moe: router [E, n_expert]; experts [E, F_exp, n_expert] (gate, up), [F_exp, E, n_expert] (down) */
     pl_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
+    /* gemma3: the sandwich norms after attention and after the FFN */
+    pl_tensor *attn_post_norm, *ffn_post_norm;
 } pl_layer_weights;
 
 struct pl_model {

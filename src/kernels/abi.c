@@ -190,6 +190,41 @@ static const pl_op_schema pl_schemas[PL_OP_COUNT] = {
         .params = "iparams[0] = norm: 1 divides the k weights by their sum, clamped below at "
                   "6.103515625e-5 (llama.cpp's norm_w / norm_topk_prob); 0 uses the probabilities as they are",
     },
+    [PL_OP_GEGLU] = {
+        .name = "geglu",
+        .summary = "dst = gelu(gate) * up, gelu as GGML's CPU backend (tanh form through f16: its 64K table)",
+        .n_src = 2,
+        .src_names = {"gate", "up"},
+        .src_dtypes = {PL_DTMASK_F32, PL_DTMASK_F32},
+        .dst_dtypes = PL_DTMASK_F32,
+        .key_operand = 0,
+        .shape_rule = "gate, up [n, d1, d2, d3], equal shapes (rows may be strided); "
+                      "dst same shape, contiguous",
+        .params = "none. gate <= -10: 0; gate >= 10: gate * up; otherwise "
+                  "f16(gelu_tanh(f16(gate))) * up with gelu_tanh(g) = 0.5*g*(1 + tanhf(sqrt(2/pi)*g*(1 + 0.044715*g*g)))",
+    },
+    [PL_OP_SCALE] = {
+        .name = "scale",
+        .summary = "dst = x * s (GGML's ggml_scale)",
+        .n_src = 1,
+        .src_names = {"x"},
+        .src_dtypes = {PL_DTMASK_F32},
+        .dst_dtypes = PL_DTMASK_F32,
+        .key_operand = 0,
+        .shape_rule = "x [n, d1, d2, d3] (rows may be strided); dst same shape, contiguous",
+        .params = "fparams[0] = s (finite)",
+    },
+    [PL_OP_SOFTCAP] = {
+        .name = "softcap",
+        .summary = "dst = tanhf(x * (1/c)) * c: soft-capping (gemma's final logits), as GGML's scale, tanh, scale",
+        .n_src = 1,
+        .src_names = {"x"},
+        .src_dtypes = {PL_DTMASK_F32},
+        .dst_dtypes = PL_DTMASK_F32,
+        .key_operand = 0,
+        .shape_rule = "x [n, d1, d2, d3] (rows may be strided); dst same shape, contiguous",
+        .params = "fparams[0] = c (finite, > 0); 1/c is computed in float, as llama.cpp's graph does",
+    },
 };
 
 const pl_op_schema *pl_op_schema_get(pl_op op) {
@@ -435,6 +470,17 @@ static pl_status validate_shapes(const pl_op_schema *s, const pl_node *n) {
             return SHAPE_ERR("%s: dst must be [%lld, %lld]", s->name, (long long)y->ne[0], (long long)nt);
         return need_contiguous(s, -1, dst);
     }
+    case PL_OP_GEGLU:
+        if (!same_shape(src[1], src[0])) return SHAPE_ERR("%s: gate and up shapes differ", s->name);
+        if (!same_shape(dst, src[0])) return SHAPE_ERR("%s: dst shape differs from gate", s->name);
+        return need_contiguous(s, -1, dst);
+    case PL_OP_SCALE:
+    case PL_OP_SOFTCAP:
+        if (!same_shape(dst, src[0])) return SHAPE_ERR("%s: dst shape differs from x", s->name);
+        if (!isfinite(n->fparams[0]) || (n->op == PL_OP_SOFTCAP && !(n->fparams[0] > 0.0f)))
+            return SHAPE_ERR("%s: %s = %g must be finite%s", s->name, n->op == PL_OP_SCALE ? "s" : "c",
+                             (double)n->fparams[0], n->op == PL_OP_SOFTCAP ? " and > 0" : "");
+        return need_contiguous(s, -1, dst);
     default:
         return SHAPE_ERR("unknown op %d", (int)n->op);
     }

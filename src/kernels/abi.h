@@ -116,6 +116,20 @@ typedef enum pl_op {
      * src0: y F32 [E, k, n_tok]; src1: logits F32 [n_expert, n_tok];
      * src2: I32 ids [k, n_tok]; dst: F32 [E, n_tok] contiguous. */
     PL_OP_MOE_COMBINE,
+    /* dst = gelu(src0) * src1, gelu as GGML's CPU backend computes it
+     * (GGML_GELU_FP16): g <= -10 gives 0, g >= 10 gives g; otherwise g is
+     * rounded to f16, gelu_tanh(g) = 0.5*g*(1 + tanhf(sqrt(2/pi)*g*(1 +
+     * 0.044715*g*g))) is computed in float on that value and rounded to f16
+     * again (GGML's 64K-entry table). src0 gate, src1 up, dst: F32 [n, rows]
+     * (gemma3's GeGLU FFN). */
+    PL_OP_GEGLU,
+    /* dst = src0 * fparams[0] (GGML's ggml_scale). src0: F32 [n, rows...]
+     * (rows may be strided); dst: F32 same shape, contiguous. */
+    PL_OP_SCALE,
+    /* Soft-capping: dst = tanhf(src0 * (1.0f / c)) * c, c = fparams[0] > 0,
+     * as GGML's scale, tanh, scale sequence (gemma's logit soft-capping).
+     * src0: F32 [n, rows...] (rows may be strided); dst: F32 same shape. */
+    PL_OP_SOFTCAP,
     PL_OP_COUNT
 } pl_op;
 

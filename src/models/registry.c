@@ -3,8 +3,10 @@
 
 extern const pl_arch pl_arch_qwen3, pl_arch_qwen2, pl_arch_llama, pl_arch_toy;
 extern const pl_arch pl_arch_qwen3moe;
+extern const pl_arch pl_arch_gemma3;
 
-static const pl_arch *const pl_arch_list[] = {&pl_arch_qwen3, &pl_arch_qwen3moe, &pl_arch_qwen2, &pl_arch_llama, &pl_arch_toy, NULL};
+static const pl_arch *const pl_arch_list[] = {&pl_arch_qwen3, &pl_arch_qwen3moe, &pl_arch_qwen2, &pl_arch_llama,
+                                              &pl_arch_gemma3, &pl_arch_toy, NULL};
 
 const pl_arch *const *pl_archs(void) { return pl_arch_list; }
 

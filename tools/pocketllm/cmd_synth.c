@@ -231,16 +231,26 @@ static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm
     return st;
 }
 
+/* gemma3: the sliding window of its local layers and, if asked for, a final
+ * logit soft-capping value (llama.cpp reads both; see src/models/gemma3.c). */
+static void synth_gemma3_keys(pl_gguf_writer *w, long long window, double softcap) {
+    pl_gguf_writer_add_u32(w, "gemma3.attention.sliding_window", (uint32_t)window);
+    if (softcap > 0) pl_gguf_writer_add_f32(w, "gemma3.final_logit_softcapping", (float)softcap);
+}
+
 static int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v, *experts = NULL;
     const char *rope_llama3 = NULL;
-    long long seed = 1, threads = 0;
+    long long seed = 1, threads = 0, window = 512;
+    double softcap = 0;
     bool bad = false, untied = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help")) {
-            puts("usage: pocketllm synth --arch qwen3|llama|qwen3moe --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16 --out F\n"
-                 "                       --vocab VOCAB.gguf [--seed S] [--untied] [--threads N] [--experts X:K:Fx]\n"
-                 "                       [--rope-llama3 FACTOR:LOW:HIGH:CTX]\n"
+            puts("usage: pocketllm synth --arch qwen3|llama|qwen3moe|gemma3 --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16\n"
+                 "                       --out F --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
+                 "                       [--experts X:K:Fx] [--rope-llama3 FACTOR:LOW:HIGH:CTX] [--window W] [--softcap C]\n"
+                 "  gemma3: --window W sliding window of the local layers (default 512); --softcap C final logit\n"
+                 "          soft-capping (default none)\n"
                  "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
                  "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32), or a file type such as\n"
                  "         Q4_K_M: each tensor written directly in the type the quantizer's rules pick\n"
@@ -260,13 +270,20 @@ static int cmd_synth(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--experts", &experts, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--window", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 1, 1 << 24, &window)) return pl_cli_error("bad --window '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--softcap", &v, &bad)) {
+            char *end = NULL;
+            if (!bad && (softcap = strtod(v, &end), !end || *end || !(softcap > 0) || softcap > 1e6))
+                return pl_cli_error("bad --softcap '%s' (a value > 0)", v);
         } else if (pl_cli_opt(argc, argv, &i, "--threads", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, 1024, &threads)) return pl_cli_error("bad --threads '%s'", v);
         } else return pl_cli_error("synth: unknown option '%s'", argv[i]);
     }
     if (bad) return 1;
-    const bool llama = !strcmp(arch, "llama"), moe = !strcmp(arch, "qwen3moe");
-    if (strcmp(arch, "qwen3") && !llama && !moe) return pl_cli_error("synth: --arch must be qwen3, llama or qwen3moe");
+    const bool llama = !strcmp(arch, "llama"), moe = !strcmp(arch, "qwen3moe"), gemma3 = !strcmp(arch, "gemma3");
+    if (strcmp(arch, "qwen3") && !llama && !moe && !gemma3)
+        return pl_cli_error("synth: --arch must be qwen3, llama, qwen3moe or gemma3");
     if (!preset || !out || !vocab) return pl_cli_error("synth: --preset, --out and --vocab are required");
     if (experts && !moe) return pl_cli_error("synth: --experts is for --arch qwen3moe");
     synth_dims d;
@@ -330,13 +347,14 @@ static int cmd_synth(int argc, char **argv) {
     pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-6f);
     pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "rope.freq_base"), 1000000.0f);
     if (moe) synth_moe_keys(w, arch, &xm);
+    if (gemma3) synth_gemma3_keys(w, window, softcap);
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
     }
 
     /* Tensor list in llama.cpp's converter order. */
-    size_t cap = (size_t)d.n_layer * 12 + 4, n = 0;   /* + rope_freqs */
+    size_t cap = (size_t)d.n_layer * 13 + 4, n = 0;   /* the most tensors per layer (gemma3), + rope_freqs */
     synth_tensor *ts = calloc(cap, sizeof *ts);
     fill_user *users = calloc(cap, sizeof *users);
     const int64_t E = d.n_embd, H = d.n_head, G = d.n_head_kv, D = d.head_dim, F = d.n_ff;
@@ -375,6 +393,10 @@ static int cmd_synth(int argc, char **argv) {
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_gate.weight", li);
         ADD_T(wt, 2, E, F, false, "blk.%d.ffn_up.weight", li);
         ADD_T(wt, 2, F, E, false, "blk.%d.ffn_down.weight", li);
+        if (gemma3) { /* the sandwich norms (stored with Gemma's + 1 already in, as the converter writes them) */
+            ADD_T(PL_F32, 1, E, 1, true, "blk.%d.post_attention_norm.weight", li);
+            ADD_T(PL_F32, 1, E, 1, true, "blk.%d.post_ffw_norm.weight", li);
+        }
     }
     ADD_T(PL_F32, 1, E, 1, true, "output_norm.weight");
     if (!d.tied) ADD_T(wt, 2, E, V, false, "output.weight");

@@ -43,6 +43,9 @@ static const pl_kernel pl_cpu_kernels[] = {
     {PL_OP_MOE_TOPK, PL_F32, pl_cpu_op_moe_topk, pl_cpu_work_moe_topk},
     PL_DEQUANT_TYPES(CPU_MATMUL_ID_)
     {PL_OP_MOE_COMBINE, PL_F32, pl_cpu_op_moe_combine, pl_cpu_work_moe_combine},
+    {PL_OP_GEGLU, PL_F32, pl_cpu_op_geglu, NULL},
+    {PL_OP_SCALE, PL_F32, pl_cpu_op_scale, NULL},
+    {PL_OP_SOFTCAP, PL_F32, pl_cpu_op_softcap, NULL},
 };
 
 extern const pl_backend pl_backend_cpu;

@@ -332,6 +332,9 @@ pl_status pl_cpu_op_get_rows(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_rms_norm(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_add(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_swiglu(pl_exec_ctx *ctx, const pl_node *node);
+pl_status pl_cpu_op_geglu(pl_exec_ctx *ctx, const pl_node *node);   /* cpu_gemma.c */
+pl_status pl_cpu_op_scale(pl_exec_ctx *ctx, const pl_node *node);   /* cpu_gemma.c */
+pl_status pl_cpu_op_softcap(pl_exec_ctx *ctx, const pl_node *node); /* cpu_gemma.c */
 pl_status pl_cpu_op_rope(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_kv_store(pl_exec_ctx *ctx, const pl_node *node);
 pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node);

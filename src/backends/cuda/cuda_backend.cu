@@ -73,6 +73,9 @@ static pl_status cu_dispatch(pl_cu_ctx *cu, const pl_node *node) {
     case PL_OP_ROPE: return pl_cu_rope(cu, node);
     case PL_OP_KV_STORE: return pl_cu_kv_store(cu, node);
     case PL_OP_ATTENTION: return pl_cu_attention(cu, node);
+    case PL_OP_GEGLU: return pl_cu_geglu(cu, node);
+    case PL_OP_SCALE: return pl_cu_scale(cu, node);
+    case PL_OP_SOFTCAP: return pl_cu_softcap(cu, node);
     default: return pl_cu_errorf(PL_ERR_UNSUPPORTED, "cuda: no kernel for op %d", (int)node->op);
     }
 }

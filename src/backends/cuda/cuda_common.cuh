@@ -164,6 +164,9 @@ pl_status pl_cu_get_rows(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_rms_norm(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_add(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_swiglu(pl_cu_ctx *cu, const pl_node *node);
+pl_status pl_cu_geglu(pl_cu_ctx *cu, const pl_node *node);    /* cuda_gemma.cu */
+pl_status pl_cu_scale(pl_cu_ctx *cu, const pl_node *node);    /* cuda_gemma.cu */
+pl_status pl_cu_softcap(pl_cu_ctx *cu, const pl_node *node);  /* cuda_gemma.cu */
 pl_status pl_cu_rope(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_kv_store(pl_cu_ctx *cu, const pl_node *node);
 pl_status pl_cu_attention(pl_cu_ctx *cu, const pl_node *node);

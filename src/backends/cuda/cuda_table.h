@@ -43,6 +43,9 @@
     X(PL_OP_KV_STORE, PL_F16)                       \
     X(PL_OP_KV_STORE, PL_F32)                       \
     X(PL_OP_ATTENTION, PL_F16)                      \
-    X(PL_OP_ATTENTION, PL_F32)
+    X(PL_OP_ATTENTION, PL_F32)                      \
+    X(PL_OP_GEGLU, PL_F32)                          \
+    X(PL_OP_SCALE, PL_F32)                          \
+    X(PL_OP_SOFTCAP, PL_F32)
 
 #endif

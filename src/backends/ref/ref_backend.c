@@ -20,6 +20,7 @@
  */
 #include "kernels/abi.h"
 #include "backends/ref/ref_moe.h"
+#include "backends/ref/ref_gemma.h"
 #include "core/fp16.h"
 #include "core/status.h"
 #include "quant/hadamard.h"
@@ -405,6 +406,9 @@ static const pl_kernel ref_kernels[] = {
     {PL_OP_MOE_TOPK, PL_F32, pl_ref_moe_topk, pl_ref_moe_topk_work},
     PL_DEQUANT_TYPES(REF_MATMUL_ID_)
     {PL_OP_MOE_COMBINE, PL_F32, pl_ref_moe_combine, pl_ref_moe_combine_work},
+    {PL_OP_GEGLU, PL_F32, pl_ref_geglu, NULL},
+    {PL_OP_SCALE, PL_F32, pl_ref_scale, NULL},
+    {PL_OP_SOFTCAP, PL_F32, pl_ref_softcap, NULL},
 };
 
 extern const pl_backend pl_backend_ref;
