@@ -135,8 +135,9 @@ pl_status pl_cpu_op_matmul_id(pl_exec_ctx *ctx, const pl_node *node) {
     pl_cpu_scratch s;
     PL_TRY(pl_cpu_scratch_get(ctx, L.total, &s));
     char *base = s.ptr;
-    int32_t *pairs = (int32_t *)(base + L.lists);
-    int64_t *off = (int64_t *)(pairs + P);
+    /* the offsets first: an odd pair count would misalign them after the pairs */
+    int64_t *off = (int64_t *)(base + L.lists);
+    int32_t *pairs = (int32_t *)(off + X + 1);
     float *xg = (float *)(base + L.xg), *yg = (float *)(base + L.yg);
 
     /* counting sort of the pairs by expert, in token order within one */
