@@ -12,6 +12,17 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "core/status.h"
+
+/* Every expert id of an I32 [k, n_tok] list (n = k * n_tok, contiguous) in
+ * 0..n_expert-1, or PL_ERR_INVALID_ARG naming op, the id and its place. */
+static inline pl_status pl_moe_check_ids(const char *op, const int32_t *id, int64_t n, int64_t n_expert) {
+    for (int64_t i = 0; i < n; i++)
+        if (id[i] < 0 || id[i] >= n_expert)
+            return pl_errorf(PL_ERR_INVALID_ARG, "%s: expert id %d at %lld is outside 0..%lld", op, id[i], (long long)i,
+                             (long long)n_expert - 1);
+    return PL_OK;
+}
 
 /* llama.cpp clamps the sum of the k weights below at this before dividing. */
 #define PL_MOE_NORM_MIN 6.103515625e-5f

@@ -24,16 +24,6 @@
 
 #define ALIGN64(x) (((x) + 63) & ~(size_t)63)
 
-static pl_status check_ids(const char *op, const pl_tensor *ids, int64_t n_expert) {
-    const int32_t *id = ids->data;
-    const int64_t n = ids->ne[0] * ids->ne[1];
-    for (int64_t i = 0; i < n; i++)
-        if (id[i] < 0 || id[i] >= n_expert)
-            return pl_errorf(PL_ERR_INVALID_ARG, "%s: expert id %d at %lld is outside 0..%lld", op, id[i], (long long)i,
-                             (long long)n_expert - 1);
-    return PL_OK;
-}
-
 /* ---- moe_topk ------------------------------------------------------------- */
 size_t pl_cpu_work_moe_topk(const pl_node *node, int n_threads) {
     (void)n_threads;
@@ -128,7 +118,7 @@ pl_status pl_cpu_op_matmul_id(pl_exec_ctx *ctx, const pl_node *node) {
     const int64_t n_x = x->ne[1];
     if (x->nb[0] != sizeof(float) || !pl_tensor_is_contiguous(dst) || !pl_tensor_is_contiguous(ids))
         return pl_errorf(PL_ERR_UNSUPPORTED, "matmul_id (cpu): dst and ids must be contiguous and x rows dense");
-    PL_TRY(check_ids("matmul_id", ids, X));
+    PL_TRY(pl_moe_check_ids("matmul_id", ids->data, ids->ne[0] * ids->ne[1], X));
     pl_status gst;
     if (mmid_decode_grouped(ctx, node, &gst)) return gst;
     const mmid_layout L = mmid_plan(node, ctx->n_threads);
@@ -190,7 +180,7 @@ size_t pl_cpu_work_moe_combine(const pl_node *node, int n_threads) {
 pl_status pl_cpu_op_moe_combine(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *y = node->src[0], *lg = node->src[1], *ids = node->src[2], *dst = node->dst;
     const int64_t E = y->ne[0], n_exp = lg->ne[0], k = ids->ne[0], nt = ids->ne[1];
-    PL_TRY(check_ids("moe_combine", ids, n_exp));
+    PL_TRY(pl_moe_check_ids("moe_combine", ids->data, ids->ne[0] * ids->ne[1], n_exp));
     pl_cpu_scratch s;
     PL_TRY(pl_cpu_scratch_get(ctx, ((size_t)n_exp + (size_t)k) * sizeof(float), &s));
     float *p = s.ptr, *w = p + n_exp;

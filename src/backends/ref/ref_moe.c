@@ -17,17 +17,6 @@ static inline const float *row_f32(const pl_tensor *t, int64_t i1, int64_t i2) {
     return (const float *)pl_tensor_row(t, i1, i2, 0);
 }
 
-/* ids are contiguous I32 [k, n_tok] (validated); every id is range-checked. */
-static pl_status check_ids(const char *op, const pl_tensor *ids, int64_t n_expert) {
-    const int32_t *id = ids->data;
-    const int64_t n = ids->ne[0] * ids->ne[1];
-    for (int64_t i = 0; i < n; i++)
-        if (id[i] < 0 || id[i] >= n_expert)
-            return pl_errorf(PL_ERR_INVALID_ARG, "%s: expert id %d at %lld is outside 0..%lld", op, id[i], (long long)i,
-                             (long long)n_expert - 1);
-    return PL_OK;
-}
-
 /* ---- moe_topk: logits F32 [n_expert, n_tok] -> ids I32 [k, n_tok].
  * Scratch: n_expert probabilities. */
 size_t pl_ref_moe_topk_work(const pl_node *node, int n_threads) {
@@ -65,7 +54,7 @@ pl_status pl_ref_matmul_id(pl_exec_ctx *ctx, const pl_node *node) {
     const int64_t n_x = x->ne[1];
     if (!pl_can_dequantize(W->dtype))
         return pl_errorf(PL_ERR_UNSUPPORTED, "matmul_id: ref cannot decode %s", pl_dtype_name(W->dtype));
-    PL_TRY(check_ids("matmul_id", ids, n_exp));
+    PL_TRY(pl_moe_check_ids("matmul_id", ids->data, ids->ne[0] * ids->ne[1], n_exp));
     const int32_t *id = ids->data;
     float *w = ctx && ctx->work && ctx->work_size >= pl_ref_matmul_id_work(node, 1) ? ctx->work : NULL;
     float *own = w ? NULL : malloc((size_t)K * sizeof(float));
@@ -102,7 +91,7 @@ size_t pl_ref_moe_combine_work(const pl_node *node, int n_threads) {
 pl_status pl_ref_moe_combine(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *y = node->src[0], *lg = node->src[1], *ids = node->src[2], *dst = node->dst;
     const int64_t E = y->ne[0], n_exp = lg->ne[0], k = ids->ne[0], nt = ids->ne[1];
-    PL_TRY(check_ids("moe_combine", ids, n_exp));
+    PL_TRY(pl_moe_check_ids("moe_combine", ids->data, ids->ne[0] * ids->ne[1], n_exp));
     const size_t ws = pl_ref_moe_combine_work(node, 1);
     float *p = ctx && ctx->work && ctx->work_size >= ws ? ctx->work : NULL;
     float *own = p ? NULL : malloc(ws);
