@@ -100,3 +100,31 @@ const pl_arch *pl_arch_find_preset(const char *name, const pl_arch_preset **out)
             }
     return NULL;
 }
+
+void pl_arch_each_hparam(const pl_arch *a, const pl_hparams *hp, pl_hparam_visit_fn visit, void *user) {
+    for (const pl_hparam_decl *k = a->hparams; k && k->key; k++) {
+        if (k->offset == PL_HK_NOT_WRITTEN) continue;
+        char key[160];
+        const char *p = strstr(k->key, "{arch}");
+        if (p) snprintf(key, sizeof key, "%.*s%s%s", (int)(p - k->key), k->key, a->name, p + 6);
+        else snprintf(key, sizeof key, "%s", k->key);
+        const char *field = (const char *)hp + k->offset;
+        int64_t i = 0;
+        float f = 0;
+        if (k->type == PL_HK_F32) memcpy(&f, field, sizeof f);
+        else memcpy(&i, field, sizeof i);
+        if (k->write_nonzero && i == 0 && f == 0) continue;
+        visit(user, key, k->type == PL_HK_F32, i, f);
+    }
+}
+
+void pl_arch_preset_names(char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (const pl_arch *const *a = pl_archs(); *a; a++)
+        for (const pl_arch_preset *p = (*a)->presets; p && p->name; p++) {
+            const pl_arch_preset *first = NULL;
+            if (pl_arch_find_preset(p->name, &first) != *a || first != p) continue;   /* offered earlier */
+            if (len < cap) len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? ", " : "", p->name);
+        }
+}

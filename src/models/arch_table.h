@@ -99,6 +99,15 @@ typedef void (*pl_tensor_visit_fn)(void *user, const pl_tensor_decl *d, const ch
 void pl_arch_each_tensor(const pl_arch *a, const pl_hparams *hp, bool (*keep)(void *user, const pl_tensor_decl *d),
                          pl_tensor_visit_fn visit, void *user);
 
+/* Visits the keys of a's declaration that carry a pl_hparams field, in its
+ * order, with "{arch}" replaced (those marked write_nonzero only when not 0):
+ * what synth and fit's presets write. is_float: f holds the value, else i. */
+typedef void (*pl_hparam_visit_fn)(void *user, const char *key, bool is_float, int64_t i, float f);
+void pl_arch_each_hparam(const pl_arch *a, const pl_hparams *hp, pl_hparam_visit_fn visit, void *user);
+
+/* "a, b, c": every preset name, first offer only, registry order. */
+void pl_arch_preset_names(char *buf, size_t cap);
+
 /* The hyperparameters of a preset (plus synth's and fit's fixed ones:
  * context 40960, rms eps 1e-6, rope base 1e6, rope over the whole head). */
 void pl_arch_preset_hparams(const pl_arch_preset *p, int64_t n_vocab, pl_hparams *hp);

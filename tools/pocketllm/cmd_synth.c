@@ -195,26 +195,9 @@ static const char *arch_list(char *buf, size_t cap, bool (*pred)(const pl_arch *
 static bool has_experts(const pl_arch *a) { return arch_has_dim(a, PL_DIM_X); }
 static bool has_factors(const pl_arch *a) { return arch_has_role(a, PL_TR_FACTORS); }
 
-/* The "{arch}.*" keys of the architecture's declaration that carry a
- * pl_hparams field, in its order. */
-static void synth_keys(pl_gguf_writer *w, const pl_arch *a, const pl_hparams *hp) {
-    for (const pl_hparam_decl *k = a->hparams; k->key; k++) {
-        if (k->offset == PL_HK_NOT_WRITTEN) continue;
-        char key[160];
-        const char *p = strstr(k->key, "{arch}");
-        if (p) snprintf(key, sizeof key, "%.*s%s%s", (int)(p - k->key), k->key, a->name, p + 6);
-        else snprintf(key, sizeof key, "%s", k->key);
-        const char *field = (const char *)hp + k->offset;
-        if (k->type == PL_HK_F32) {
-            float v;
-            memcpy(&v, field, sizeof v);
-            if (!(k->write_nonzero && v == 0)) pl_gguf_writer_add_f32(w, key, v);
-        } else {
-            int64_t v;
-            memcpy(&v, field, sizeof v);
-            if (!(k->write_nonzero && v == 0)) pl_gguf_writer_add_u32(w, key, (uint32_t)v);
-        }
-    }
+static void synth_key(void *user, const char *key, bool is_float, int64_t i, float f) {
+    if (is_float) pl_gguf_writer_add_f32(user, key, f);
+    else pl_gguf_writer_add_u32(user, key, (uint32_t)i);
 }
 
 /* The tensor list, walked from the architecture's table
@@ -379,7 +362,7 @@ static int cmd_synth(int argc, char **argv) {
     pl_arch_preset_hparams(&shape, V, &hp);
     hp.n_swa = window;                  /* written by architectures that declare a sliding window */
     hp.final_softcap = (float)softcap;  /* 0: not written */
-    synth_keys(w, a, &hp);
+    pl_arch_each_hparam(a, &hp, synth_key, w);   /* the {arch}.* keys the declaration writes */
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
