@@ -14,6 +14,8 @@
  * alignment of each weight slice. */
 #define PL_DEVICE_HEADROOM ((uint64_t)256 << 20)
 
+/* The hyperparameters the architectures read (src/models/: each declares
+ * its keys and which field each fills, models/arch_table.h). */
 typedef struct pl_hparams {
     int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
     int64_t n_head, n_head_kv, head_dim, n_rot;

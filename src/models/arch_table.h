@@ -7,7 +7,18 @@
  *    from pl_arch_each_tensor and plans it);
  *  - synth's writer (tools/pocketllm/cmd_synth.c, the same walk).
  * Adding an architecture is one file in src/models/ with its tables and its
- * graph builder, plus its line in src/models/registry.c.
+ * graph builder, plus its line in src/models/registry.c:
+ *  - its pl_hparam_decl list (the keys it reads, the ones a writer writes
+ *    carrying their pl_hparams field) and a load that reads and validates
+ *    them (the dense decoders share pl_dense_read_hparams, models/dense.h),
+ *    then calls pl_arch_bind_tensors with its table;
+ *  - its pl_tensor_decl table, slots from PL_LW_DENSE_COUNT / PL_GW_DENSE_COUNT
+ *    on for tensors the dense decoder does not have;
+ *  - .synth = true if synth and fit may write it, .presets for release shapes.
+ * Still in the engine: pl_hparams (engine/model.h) is the shared set of
+ * hyperparameter fields (experts, sliding window, soft-capping, ...); a kind
+ * of value none of them holds needs a field there, and a table larger than
+ * PL_LAYER_SLOTS / PL_GLOBAL_SLOTS needs them raised.
  */
 #ifndef PL_MODELS_ARCH_TABLE_H
 #define PL_MODELS_ARCH_TABLE_H

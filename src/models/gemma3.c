@@ -37,7 +37,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#define NORM_MASK PL_DTMASK(PL_F32)
 #define GEMMA3_SWA_PATTERN 6
 #define GEMMA3_ROPE_BASE_SWA 10000.0f
 

@@ -1,6 +1,7 @@
 /*
- * Qwen3 and Qwen2 (dense), and the dense decoders built the same way (llama.c
- * uses pl_dense_load / pl_dense_build). One builder: Qwen3 has per-head
+ * Qwen3 and Qwen2 (dense), and the dense decoders built the same way (llama.c,
+ * gemma3.c, qwen3moe.c use pl_dense_read_hparams and the table rows of
+ * models/dense.h; llama.c and qwen3moe.c this builder). One builder: Qwen3 has per-head
  * RMSNorm on Q and K and no projection biases; Qwen2/2.5 has Q/K/V biases and
  * no Q/K norms; Llama has neither (biases optional) and normal RoPE.
  *
@@ -16,7 +17,6 @@
 #include <math.h>
 #include <stdio.h>
 
-#define NORM_MASK PL_DTMASK(PL_F32)
 
 static const pl_hparam_decl qwen_hparams[] = {PL_DENSE_HPARAMS, PL_HK_READ("{arch}.rope.scaling.factor"),
                                               PL_HPARAMS_END};
