@@ -11,6 +11,7 @@
  */
 #include "engine/fit.h"
 #include "engine/model.h"
+#include "models/arch_table.h"
 #include "core/status.h"
 #include "gguf/gguf.h"
 #include "quant/quantize_mix.h"
@@ -275,23 +276,6 @@ pl_status pl_fit_plan_file(const char *path, const pl_fit_params *p, pl_fit_resu
 
 /* ---- presets: a synthesized tensor table ----------------------------------------*/
 
-typedef struct qwen3_shape {
-    const char *name;
-    int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
-    bool tied;
-    /* qwen3moe: expert_count, expert_used_count, expert_feed_forward_length (0 = dense qwen3) */
-    int64_t n_expert, n_expert_used, n_ff_exp;
-} qwen3_shape;
-
-/* The Qwen3 release configurations (as in tools/pocketllm/cmd_synth.c). */
-static const qwen3_shape k_presets[] = {
-    {"0.6b", 1024, 28, 16, 8, 128, 3072, true, 0, 0, 0},
-    {"1.7b", 2048, 28, 16, 8, 128, 6144, true, 0, 0, 0},
-    {"4b", 2560, 36, 32, 8, 128, 9728, true, 0, 0, 0},
-    {"8b", 4096, 36, 32, 8, 128, 12288, false, 0, 0, 0},
-    {"30b-a3b", 2048, 48, 32, 4, 128, 6144, false, 128, 8, 768},   /* qwen3moe: Qwen3-30B-A3B */
-};
-
 typedef struct hbuf {
     uint8_t *p;
     size_t n, cap;
@@ -338,13 +322,52 @@ typedef struct syn_tensor {
     pl_dtype dt;
 } syn_tensor;
 
+/* The preset's tensor table, walked from its architecture's declaration in
+ * the converter's order (as pocketllm synth writes it): matrices in bf16 as
+ * released, vectors and routers in f32. */
+typedef struct syn_walk {
+    syn_tensor *ts;
+    size_t n, cap;
+    bool tied;
+} syn_walk;
+
+static bool syn_keep(void *user, const pl_tensor_decl *d) {
+    return (d->flags & PL_TD_TIED) && !((const syn_walk *)user)->tied;   /* no optional extras */
+}
+
+static void syn_add(void *user, const pl_tensor_decl *d, const char *name, const int64_t ne[3]) {
+    syn_walk *w = user;
+    if (w->n >= w->cap) return;
+    syn_tensor *t = &w->ts[w->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    const bool f32 = d->role == PL_TR_NORM || d->role == PL_TR_BIAS || d->role == PL_TR_ROUTER ||
+                     d->role == PL_TR_FACTORS;
+    t->dt = f32 ? PL_F32 : PL_BF16;
+    t->n_dims = d->n_dims;
+    for (int i = 0; i < 3; i++) t->ne[i] = ne[i];
+}
+
+typedef struct syn_kv {
+    hbuf *kv;
+    int64_t n;
+} syn_kv;
+
+static void syn_key(void *user, const char *key, bool is_float, int64_t i, float f) {
+    syn_kv *k = user;
+    if (is_float) kv_f32(k->kv, key, f);
+    else kv_u32(k->kv, key, (uint32_t)i);
+    k->n++;
+}
+
 pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const pl_fit_params *p, pl_fit_result *out) {
-    const qwen3_shape *s = NULL;
-    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++)
-        if (!strcasecmp(preset, k_presets[i].name)) s = &k_presets[i];
-    if (!s) return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (0.6b, 1.7b, 4b, 8b, 30b-a3b)", preset);
-    const bool moe = s->n_expert > 0;
-    const char *arch = moe ? "qwen3moe" : "qwen3";
+    const pl_arch_preset *s = NULL;
+    const pl_arch *a = pl_arch_find_preset(preset, &s);
+    if (!a) {
+        char names[256];
+        pl_arch_preset_names(names, sizeof names);
+        return pl_errorf(PL_ERR_INVALID_ARG, "unknown preset '%s' (%s)", preset, names);
+    }
+    const char *arch = a->name;
     if (!vocab_path) return pl_errorf(PL_ERR_INVALID_ARG, "a preset needs a vocabulary file (a vocab-only GGUF: the tokenizer)");
     uint64_t budget;
     bool from_device;
@@ -359,50 +382,18 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
         return pl_errorf(PL_ERR_FORMAT, "%s has no tokenizer.ggml.tokens", vocab_path);
     }
 
-    /* Tensor table in the converter's order (as pocketllm synth writes it),
-     * matrices in bf16 as released, norms in f32. */
-    const int64_t E = s->n_embd, H = s->n_head, G = s->n_head_kv, D = s->head_dim, F = s->n_ff, V = (int64_t)n_vocab;
-    const size_t cap = (size_t)s->n_layer * 12 + 3;
-    syn_tensor *ts = calloc(cap, sizeof *ts);
+    pl_hparams hp;
+    pl_arch_preset_hparams(s, (int64_t)n_vocab, &hp);
+    size_t cap = 0;
+    for (const pl_tensor_decl *d = a->tensors; d->name; d++) cap += d->flags & PL_TD_LAYER ? (size_t)hp.n_layer : 1;
+    syn_tensor *ts = calloc(cap ? cap : 1, sizeof *ts);
     if (!ts) {
         pl_gguf_close(vg);
         return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     }
-    size_t nt = 0;
-#define T(dt_, nd, a, b, ...)                                                        \
-    do {                                                                             \
-        syn_tensor *t_ = &ts[nt++];                                                  \
-        snprintf(t_->name, sizeof t_->name, __VA_ARGS__);                            \
-        t_->dt = (dt_); t_->n_dims = (nd); t_->ne[0] = (a); t_->ne[1] = (b); t_->ne[2] = 1; \
-    } while (0)
-    T(PL_BF16, 2, E, V, "token_embd.weight");
-    for (int l = 0; l < (int)s->n_layer; l++) {
-        T(PL_F32, 1, E, 1, "blk.%d.attn_norm.weight", l);
-        T(PL_BF16, 2, E, H * D, "blk.%d.attn_q.weight", l);
-        T(PL_BF16, 2, E, G * D, "blk.%d.attn_k.weight", l);
-        T(PL_BF16, 2, E, G * D, "blk.%d.attn_v.weight", l);
-        T(PL_BF16, 2, H * D, E, "blk.%d.attn_output.weight", l);
-        T(PL_F32, 1, D, 1, "blk.%d.attn_q_norm.weight", l);
-        T(PL_F32, 1, D, 1, "blk.%d.attn_k_norm.weight", l);
-        T(PL_F32, 1, E, 1, "blk.%d.ffn_norm.weight", l);
-        if (moe) {   /* router in f32 (as converted), experts [E, Fx, X] / [Fx, E, X] */
-            const int64_t X = s->n_expert, Fx = s->n_ff_exp;
-            T(PL_F32, 2, E, X, "blk.%d.ffn_gate_inp.weight", l);
-            T(PL_BF16, 3, E, Fx, "blk.%d.ffn_gate_exps.weight", l);
-            ts[nt - 1].ne[2] = X;
-            T(PL_BF16, 3, E, Fx, "blk.%d.ffn_up_exps.weight", l);
-            ts[nt - 1].ne[2] = X;
-            T(PL_BF16, 3, Fx, E, "blk.%d.ffn_down_exps.weight", l);
-            ts[nt - 1].ne[2] = X;
-            continue;
-        }
-        T(PL_BF16, 2, E, F, "blk.%d.ffn_gate.weight", l);
-        T(PL_BF16, 2, E, F, "blk.%d.ffn_up.weight", l);
-        T(PL_BF16, 2, F, E, "blk.%d.ffn_down.weight", l);
-    }
-    T(PL_F32, 1, E, 1, "output_norm.weight");
-    if (!s->tied) T(PL_BF16, 2, E, V, "output.weight");
-#undef T
+    syn_walk walk = {ts, 0, cap, s->tied};
+    pl_arch_each_tensor(a, &hp, syn_keep, syn_add, &walk);
+    const size_t nt = walk.n;
 
     hbuf h = {0};
     const uint32_t align = 32;
@@ -414,25 +405,10 @@ pl_status pl_fit_plan_preset(const char *preset, const char *vocab_path, const p
     put_u32(&kv, PL_GGUF_STRING);
     put_str(&kv, arch);
     n_kv++;
-    char key[96];
-#define AK(suffix) (snprintf(key, sizeof key, "%s.%s", arch, suffix), key)
     kv_u32(&kv, "general.file_type", PL_FTYPE_BF16), n_kv++;
-    kv_u32(&kv, AK("context_length"), 40960), n_kv++;
-    kv_u32(&kv, AK("embedding_length"), (uint32_t)E), n_kv++;
-    kv_u32(&kv, AK("block_count"), (uint32_t)s->n_layer), n_kv++;
-    kv_u32(&kv, AK("feed_forward_length"), (uint32_t)F), n_kv++;
-    kv_u32(&kv, AK("attention.head_count"), (uint32_t)H), n_kv++;
-    kv_u32(&kv, AK("attention.head_count_kv"), (uint32_t)G), n_kv++;
-    kv_u32(&kv, AK("attention.key_length"), (uint32_t)D), n_kv++;
-    kv_u32(&kv, AK("attention.value_length"), (uint32_t)D), n_kv++;
-    kv_f32(&kv, AK("attention.layer_norm_rms_epsilon"), 1e-6f), n_kv++;
-    kv_f32(&kv, AK("rope.freq_base"), 1000000.0f), n_kv++;
-    if (moe) {
-        kv_u32(&kv, AK("expert_count"), (uint32_t)s->n_expert), n_kv++;
-        kv_u32(&kv, AK("expert_used_count"), (uint32_t)s->n_expert_used), n_kv++;
-        kv_u32(&kv, AK("expert_feed_forward_length"), (uint32_t)s->n_ff_exp), n_kv++;
-    }
-#undef AK
+    syn_kv keys = {&kv, 0};
+    pl_arch_each_hparam(a, &hp, syn_key, &keys);   /* the {arch}.* keys the declaration writes */
+    n_kv += keys.n;
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         const void *raw;

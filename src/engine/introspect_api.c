@@ -8,6 +8,7 @@
  */
 #include "kernels/abi.h"
 #include "models/arch.h"
+#include "models/arch_table.h"
 #include "core/status.h"
 #include <stdio.h>
 #include <string.h>
@@ -111,7 +112,7 @@ PL_API pl_status pl_arch_get(int32_t i, pl_arch_info *out) {
     out->name = a->name;
     out->summary = a->summary ? a->summary : "";
     out->n_keys = 0;
-    while (a->keys && a->keys[out->n_keys]) out->n_keys++;
+    while (a->hparams && a->hparams[out->n_keys].key) out->n_keys++;
     return PL_OK;
 }
 
@@ -122,7 +123,7 @@ PL_API pl_status pl_arch_key(int32_t i, int32_t k, char *buf, size_t cap, size_t
     if (k < 0 || k >= info.n_keys)
         return pl_errorf(PL_ERR_INVALID_ARG, "architecture %s has no key %d (it has %d)", info.name, k, info.n_keys);
     /* the registry writes "{arch}" where the architecture's name goes */
-    const char *key = arch_at(i)->keys[k], *p = strstr(key, "{arch}");
+    const char *key = arch_at(i)->hparams[k].key, *p = strstr(key, "{arch}");
     size_t need = p ? (size_t)(p - key) + strlen(info.name) + strlen(p + 6) : strlen(key);
     if (len) *len = need;
     if (!buf || cap <= need)

@@ -14,6 +14,8 @@
  * alignment of each weight slice. */
 #define PL_DEVICE_HEADROOM ((uint64_t)256 << 20)
 
+/* The hyperparameters the architectures read (src/models/: each declares
+ * its keys and which field each fills, models/arch_table.h). */
 typedef struct pl_hparams {
     int64_t n_vocab, n_ctx_train, n_embd, n_layer, n_ff;
     int64_t n_head, n_head_kv, head_dim, n_rot;
@@ -28,15 +30,14 @@ typedef struct pl_hparams {
     float final_softcap;              /* final_logit_softcapping as the file declares it, 0 = none */
 } pl_hparams;
 
+/* Room for an architecture's tensors: per layer and global. What each slot
+ * holds is the architecture's own declaration (src/models/arch_table.h; the
+ * dense decoders' slots are in src/models/dense.h). */
+#define PL_LAYER_SLOTS 24
+#define PL_GLOBAL_SLOTS 8
+
 typedef struct pl_layer_weights {
-    pl_tensor *attn_norm, *wq, *wk, *wv, *wo;
-    pl_tensor *bq, *bk, *bv;          /* optional (qwen2; llama files may carry them) */
-    pl_tensor *q_norm, *k_norm;       /* optional (qwen3) */
-    pl_tensor *ffn_norm, *ffn_gate, *ffn_up, *ffn_down;
-    /* qwen3moe: router [E, n_expert]; experts [E, F_exp, n_expert] (gate, up), [F_exp, E, n_expert] (down) */
-    pl_tensor *ffn_gate_inp, *ffn_gate_exps, *ffn_up_exps, *ffn_down_exps;
-    /* gemma3: the sandwich norms after attention and after the FFN */
-    pl_tensor *attn_post_norm, *ffn_post_norm;
+    pl_tensor *t[PL_LAYER_SLOTS];     /* NULL: absent (an optional tensor) */
 } pl_layer_weights;
 
 struct pl_model {
@@ -53,8 +54,7 @@ struct pl_model {
     bool *weight_used;               /* [n_weights]: bound by the architecture (pl_model_bind) */
     uint64_t weight_bytes;           /* of the tensors the graph uses */
     uint64_t n_params;               /* their elements */
-    pl_tensor *tok_embd, *output_norm, *output;
-    pl_tensor *rope_freqs;           /* llama3 RoPE frequency factors F32 [n_rot/2], all layers; NULL = none */
+    pl_tensor *globals[PL_GLOBAL_SLOTS];   /* tensors outside the blocks (token embedding in slot 0) */
     pl_layer_weights *layers;
 
     const pl_backend *backend;

@@ -18,8 +18,16 @@ typedef struct pl_graph_inputs {
 typedef struct pl_arch {
     const char *name;              /* general.architecture value */
     const char *summary;
-    /* GGUF keys read, with "{arch}" standing for the architecture name. */
-    const char *const *keys;
+    /* GGUF keys read, with "{arch}" standing for the architecture name
+     * (NULL key ends it); synth and fit's presets write those with a field. */
+    const struct pl_hparam_decl *hparams;
+    /* Its tensors (NULL name ends it): bound at load by
+     * pl_arch_bind_tensors, walked by synth and fit (models/arch_table.h). */
+    const struct pl_tensor_decl *tensors;
+    /* Release shapes synth and fit offer by name (NULL name ends it), or NULL. */
+    const struct pl_arch_preset *presets;
+    /* synth can write it (its tables hold everything a file of it needs). */
+    bool synth;
     /* Reads hyperparameters and binds weights, checking every shape. */
     pl_status (*load)(struct pl_model *m);
     /* Emits the graph; returns the logits tensor F32 [n_vocab, n_out]. */

@@ -34,28 +34,42 @@
 #include "models/dense.h"
 #include "core/status.h"
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
-#define NORM_MASK PL_DTMASK(PL_F32)
 #define GEMMA3_SWA_PATTERN 6
 #define GEMMA3_ROPE_BASE_SWA 10000.0f
 
-static const char *const gemma3_keys[] = {
-    "{arch}.context_length", "{arch}.embedding_length", "{arch}.block_count",
-    "{arch}.feed_forward_length", "{arch}.attention.head_count",
-    "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
-    "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
-    "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor",
-    "{arch}.attention.sliding_window", "{arch}.final_logit_softcapping", NULL};
+static const pl_hparam_decl gemma3_hparams[] = {
+    PL_DENSE_HPARAMS,
+    PL_HK_READ("{arch}.rope.scaling.factor"),
+    PL_HK_INT("{arch}.attention.sliding_window", n_swa),
+    {"{arch}.final_logit_softcapping", PL_HK_F32, offsetof(pl_hparams, final_softcap), true},
+    PL_HPARAMS_END};
+
+/* Slots of the sandwich norms, after the dense decoder's. */
+enum { G3_ATTN_POST_NORM = PL_LW_DENSE_COUNT, G3_FFN_POST_NORM };
+
+/* The sandwich norms are stored with Gemma's + 1 already in, as the
+ * converter writes them. */
+static const pl_tensor_decl gemma3_tensors[] = {
+    PL_DENSE_T_EMBD,
+    PL_DENSE_T_ATTN,
+    PL_DENSE_T_QK_NORM,
+    PL_DENSE_T_FFN_NORM,
+    PL_DENSE_T_FFN,
+    {"blk.%d.post_attention_norm.weight", PL_TR_NORM, PL_TD_LAYER, G3_ATTN_POST_NORM, 1, {PL_DIM_E}},
+    {"blk.%d.post_ffw_norm.weight", PL_TR_NORM, PL_TD_LAYER, G3_FFN_POST_NORM, 1, {PL_DIM_E}},
+    PL_DENSE_T_OUTPUT,
+    PL_TENSORS_END};
 
 static bool gemma3_is_local(int64_t il) { return il % GEMMA3_SWA_PATTERN < GEMMA3_SWA_PATTERN - 1; }
 
 static pl_status gemma3_load(pl_model *m) {
     pl_hparams *hp = &m->hp;
-    /* Q/K norms, no biases, NeoX RoPE: the dense loader reads the common
-     * hyperparameters and binds and shape-checks every tensor but the two
-     * post-norms. */
-    PL_TRY(pl_dense_load(m, true, PL_DENSE_BIAS_NONE, 2));
+    /* Q/K norms, no biases, NeoX RoPE: the dense decoder's hyperparameters,
+     * then gemma3's own, then every tensor of the table. */
+    PL_TRY(pl_dense_read_hparams(m, 2, true));
     PL_TRY(pl_model_hp_int(m, "attention.sliding_window", true, 0, &hp->n_swa));
     if (hp->n_swa <= 0 || hp->n_swa > (1 << 24))
         return pl_errorf(PL_ERR_FORMAT, "%s: %s.attention.sliding_window = %lld must be in 1..%d", m->file_name,
@@ -67,16 +81,7 @@ static pl_status gemma3_load(pl_model *m) {
     hp->rope_base_swa = GEMMA3_ROPE_BASE_SWA;
     hp->attn_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
                                        : 1.0f / sqrtf((float)hp->head_dim);
-    const int64_t E = hp->n_embd;
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        pl_layer_weights *L = &m->layers[l];
-        const int li = (int)l;
-        PL_TRY(pl_model_bind(m, &L->attn_post_norm, true, NORM_MASK, 1, (int64_t[]){E},
-                             "blk.%d.post_attention_norm.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_post_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.post_ffw_norm.weight",
-                             li));
-    }
-    return PL_OK;
+    return pl_arch_bind_tensors(m, gemma3_tensors);
 }
 
 static void gemma3_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
@@ -106,19 +111,19 @@ static pl_tensor *gemma3_build(pl_model *m, pl_graph *g, const pl_graph_inputs *
     const int64_t n = in->ids->ne[0];
     const float eps = hp->rms_eps;
 
-    pl_tensor *x = pl_op_get_rows(g, W(m->tok_embd), in->ids);             /* [E, n] */
+    pl_tensor *x = pl_op_get_rows(g, W(m->globals[PL_GW_TOK_EMBD]), in->ids);             /* [E, n] */
     x = unary(g, PL_OP_SCALE, x, sqrtf((float)E), "inp_scaled");
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const pl_layer_weights *L = &m->layers[l];
         const bool local = gemma3_is_local(l);
         const float base = local ? hp->rope_base_swa : hp->rope_base;
         const float fscale = local ? 1.0f : hp->rope_scale;
-        pl_tensor *h = pl_op_rms_norm(g, x, W(L->attn_norm), eps);
-        pl_tensor *q = pl_op_matmul(g, W(L->wq), h);                         /* [H*D, n] */
-        pl_tensor *k = pl_op_matmul(g, W(L->wk), h);                         /* [G*D, n] */
-        pl_tensor *v = pl_op_matmul(g, W(L->wv), h);                         /* [G*D, n] */
-        q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->q_norm), eps);
-        k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->k_norm), eps);
+        pl_tensor *h = pl_op_rms_norm(g, x, W(L->t[PL_LW_ATTN_NORM]), eps);
+        pl_tensor *q = pl_op_matmul(g, W(L->t[PL_LW_Q]), h);                         /* [H*D, n] */
+        pl_tensor *k = pl_op_matmul(g, W(L->t[PL_LW_K]), h);                         /* [G*D, n] */
+        pl_tensor *v = pl_op_matmul(g, W(L->t[PL_LW_V]), h);                         /* [G*D, n] */
+        q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->t[PL_LW_Q_NORM]), eps);
+        k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->t[PL_LW_K_NORM]), eps);
         q = pl_op_rope(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, (int)hp->n_rot, hp->rope_mode,
                        base, fscale);                                        /* [D, H, n] */
         k = pl_op_rope(g, pl_graph_reshape(g, k, 3, (int64_t[]){D, G, n}), in->pos, (int)hp->n_rot, hp->rope_mode,
@@ -131,28 +136,30 @@ static pl_tensor *gemma3_build(pl_model *m, pl_graph *g, const pl_graph_inputs *
         pl_tensor *a = pl_op_attention_rot(g, q, kc, vc, in->pos, in->seq, (int)G, 1.0f, m->k_rot,
                                            m->v_rot);                         /* [H*D, n] */
         if (local) pl_op_attention_window(g, a, (int)hp->n_swa);          /* p - j < n_swa */
-        pl_tensor *o = pl_op_matmul(g, W(L->wo), a);                         /* [E, n] */
+        pl_tensor *o = pl_op_matmul(g, W(L->t[PL_LW_O]), a);                         /* [E, n] */
         if (l == hp->n_layer - 1) {
             o = pl_op_get_rows(g, o, in->out_idx);                           /* [E, n_out] */
             x = pl_op_get_rows(g, x, in->out_idx);
         }
-        o = pl_op_rms_norm(g, o, W(L->attn_post_norm), eps);
+        o = pl_op_rms_norm(g, o, W(L->t[G3_ATTN_POST_NORM]), eps);
         x = pl_op_add(g, o, x);
-        h = pl_op_rms_norm(g, x, W(L->ffn_norm), eps);
-        pl_tensor *gate = pl_op_matmul(g, W(L->ffn_gate), h);                /* [F, n] */
-        pl_tensor *up = pl_op_matmul(g, W(L->ffn_up), h);                    /* [F, n] */
-        pl_tensor *d = pl_op_matmul(g, W(L->ffn_down), geglu(g, gate, up));  /* [E, n] */
-        d = pl_op_rms_norm(g, d, W(L->ffn_post_norm), eps);
+        h = pl_op_rms_norm(g, x, W(L->t[PL_LW_FFN_NORM]), eps);
+        pl_tensor *gate = pl_op_matmul(g, W(L->t[PL_LW_FFN_GATE]), h);                /* [F, n] */
+        pl_tensor *up = pl_op_matmul(g, W(L->t[PL_LW_FFN_UP]), h);                    /* [F, n] */
+        pl_tensor *d = pl_op_matmul(g, W(L->t[PL_LW_FFN_DOWN]), geglu(g, gate, up));  /* [E, n] */
+        d = pl_op_rms_norm(g, d, W(L->t[G3_FFN_POST_NORM]), eps);
         x = pl_op_add(g, d, x);
     }
-    x = pl_op_rms_norm(g, x, W(m->output_norm), eps);
-    pl_tensor *logits = pl_op_matmul(g, W(m->output), x);                   /* [V, n_out] */
+    x = pl_op_rms_norm(g, x, W(m->globals[PL_GW_OUTPUT_NORM]), eps);
+    pl_tensor *logits = pl_op_matmul(g, W(m->globals[PL_GW_OUTPUT]), x);                   /* [V, n_out] */
     if (hp->final_softcap > 0) logits = unary(g, PL_OP_SOFTCAP, logits, hp->final_softcap, "logits_capped");
     pl_graph_keep(g, logits);
     return logits;
 }
 
-const pl_arch pl_arch_gemma3 = {"gemma3",
-                                "Gemma 3 text (GeGLU, sandwich norms, Q/K RMSNorm, 5 local : 1 global sliding-window "
-                                "layers, two RoPE bases)",
-                                gemma3_keys, gemma3_load, gemma3_build, gemma3_capacity};
+const pl_arch pl_arch_gemma3 = {.name = "gemma3",
+                                .summary = "Gemma 3 text (GeGLU, sandwich norms, Q/K RMSNorm, 5 local : 1 global "
+                                           "sliding-window layers, two RoPE bases)",
+                                .hparams = gemma3_hparams, .tensors = gemma3_tensors, .presets = pl_qwen3_presets,
+                                .synth = true, .load = gemma3_load, .build = gemma3_build,
+                                .capacity = gemma3_capacity};

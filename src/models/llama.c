@@ -21,13 +21,21 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const llama_keys[] = {
-    "{arch}.context_length", "{arch}.embedding_length", "{arch}.block_count",
-    "{arch}.feed_forward_length", "{arch}.attention.head_count",
-    "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
-    "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
-    "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.type",
-    "{arch}.rope.scaling.factor", NULL};
+static const pl_hparam_decl llama_hparams[] = {PL_DENSE_HPARAMS, PL_HK_READ("{arch}.rope.scaling.type"),
+                                               PL_HK_READ("{arch}.rope.scaling.factor"), PL_HPARAMS_END};
+
+/* rope_freqs.weight (llama3 frequency factors: [n_rot/2] F32, shared by every
+ * layer as llama.cpp's TENSOR_DUPLICATED binding of layer 0's) comes first,
+ * as the converter yields its extra tensors first. */
+static const pl_tensor_decl llama_tensors[] = {
+    {"rope_freqs.weight", PL_TR_FACTORS, PL_TD_OPTIONAL, PL_GW_ROPE_FREQS, 1, {PL_DIM_ROT_HALF}},
+    PL_DENSE_T_EMBD,
+    PL_DENSE_T_ATTN,
+    PL_DENSE_T_QKV_BIAS(PL_TD_UNWRITTEN | PL_TD_OPTIONAL),
+    PL_DENSE_T_FFN_NORM,
+    PL_DENSE_T_FFN,
+    PL_DENSE_T_OUTPUT,
+    PL_TENSORS_END};
 
 static pl_status llama_load(pl_model *m) {
     char key[160];
@@ -41,14 +49,12 @@ static pl_status llama_load(pl_model *m) {
                          key, (int)(type.len < 64 ? type.len : 64), type.ptr);
     if (pl_gguf_find_tensor(m->gguf, "blk.0.attn_output.bias"))
         return pl_errorf(PL_ERR_UNSUPPORTED, "%s: blk.0.attn_output.bias is not supported", m->file_name);
-    PL_TRY(pl_dense_load(m, false, PL_DENSE_BIAS_OPTIONAL, 0));
-    /* llama3 frequency factors: [n_rot/2] F32 (n_rot from rope.dimension_count,
-     * read by pl_dense_load), shared by every layer as llama.cpp's
-     * TENSOR_DUPLICATED binding of layer 0's. */
-    PL_TRY(pl_model_bind(m, &m->rope_freqs, false, PL_DTMASK(PL_F32), 1, (int64_t[]){m->hp.n_rot / 2},
-                         "rope_freqs.weight"));
-    if (m->rope_freqs && m->rope_freqs->data) {
-        const float *f = (const float *)m->rope_freqs->data;
+    PL_TRY(pl_dense_read_hparams(m, 0, true));
+    PL_TRY(pl_arch_bind_tensors(m, llama_tensors));
+    PL_TRY(pl_dense_check_bias(m));
+    const pl_tensor *rope_freqs = m->globals[PL_GW_ROPE_FREQS];
+    if (rope_freqs && rope_freqs->data) {
+        const float *f = (const float *)rope_freqs->data;
         for (int64_t i = 0; i < m->hp.n_rot / 2; i++)
             if (!(f[i] > 0.0f) || !isfinite(f[i]))
                 return pl_errorf(PL_ERR_FORMAT, "%s: rope_freqs.weight[%lld] = %g is not a finite factor > 0",
@@ -57,5 +63,8 @@ static pl_status llama_load(pl_model *m) {
     return PL_OK;
 }
 
-const pl_arch pl_arch_llama = {"llama", "Llama 2/3 dense (GQA, SwiGLU, normal RoPE, optional Q/K/V biases, llama3 RoPE factors)",
-                               llama_keys, llama_load, pl_dense_build, pl_arch_qwen_capacity};
+const pl_arch pl_arch_llama = {
+    .name = "llama",
+    .summary = "Llama 2/3 dense (GQA, SwiGLU, normal RoPE, optional Q/K/V biases, llama3 RoPE factors)",
+    .hparams = llama_hparams, .tensors = llama_tensors, .presets = pl_qwen3_presets, .synth = true,
+    .load = llama_load, .build = pl_dense_build, .capacity = pl_arch_qwen_capacity};

@@ -1,6 +1,7 @@
 /*
- * Qwen3 and Qwen2 (dense), and the dense decoders built the same way (llama.c
- * uses pl_dense_load / pl_dense_build). One builder: Qwen3 has per-head
+ * Qwen3 and Qwen2 (dense), and the dense decoders built the same way (llama.c,
+ * gemma3.c, qwen3moe.c use pl_dense_read_hparams and the table rows of
+ * models/dense.h; llama.c and qwen3moe.c this builder). One builder: Qwen3 has per-head
  * RMSNorm on Q and K and no projection biases; Qwen2/2.5 has Q/K/V biases and
  * no Q/K norms; Llama has neither (biases optional) and normal RoPE.
  *
@@ -16,20 +17,26 @@
 #include <math.h>
 #include <stdio.h>
 
-#define NORM_MASK PL_DTMASK(PL_F32)
 
-static const char *const qwen_keys[] = {
-    "{arch}.context_length", "{arch}.embedding_length", "{arch}.block_count",
-    "{arch}.feed_forward_length", "{arch}.attention.head_count",
-    "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
-    "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
-    "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor", NULL};
+static const pl_hparam_decl qwen_hparams[] = {PL_DENSE_HPARAMS, PL_HK_READ("{arch}.rope.scaling.factor"),
+                                              PL_HPARAMS_END};
 
-pl_status pl_dense_load(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int rope_mode) {
-    return pl_dense_load_ex(m, qk_norm, qkv_bias, rope_mode, true);
-}
+const pl_arch_preset pl_qwen3_presets[] = {
+    {"0.6b", 1024, 28, 16, 8, 128, 3072, true, 0, 0, 0},
+    {"1.7b", 2048, 28, 16, 8, 128, 6144, true, 0, 0, 0},
+    {"4b", 2560, 36, 32, 8, 128, 9728, true, 0, 0, 0},
+    {"8b", 4096, 36, 32, 8, 128, 12288, false, 0, 0, 0},
+    {NULL, 0, 0, 0, 0, 0, 0, false, 0, 0, 0},
+};
 
-pl_status pl_dense_load_ex(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, int rope_mode, bool dense_ffn) {
+static const pl_tensor_decl qwen3_tensors[] = {PL_DENSE_T_EMBD,    PL_DENSE_T_ATTN, PL_DENSE_T_QK_NORM,
+                                               PL_DENSE_T_FFN_NORM, PL_DENSE_T_FFN,  PL_DENSE_T_OUTPUT,
+                                               PL_TENSORS_END};
+static const pl_tensor_decl qwen2_tensors[] = {PL_DENSE_T_EMBD,     PL_DENSE_T_ATTN, PL_DENSE_T_QKV_BIAS(PL_TD_UNWRITTEN),
+                                               PL_DENSE_T_FFN_NORM, PL_DENSE_T_FFN,  PL_DENSE_T_OUTPUT,
+                                               PL_TENSORS_END};
+
+pl_status pl_dense_read_hparams(pl_model *m, int rope_mode, bool dense_ffn) {
     pl_hparams *hp = &m->hp;
     hp->rope_mode = rope_mode;
     PL_TRY(pl_model_hp_int(m, "context_length", false, 4096, &hp->n_ctx_train));
@@ -65,43 +72,28 @@ pl_status pl_dense_load_ex(pl_model *m, bool qk_norm, pl_dense_bias qkv_bias, in
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1) || !(hp->rope_base > 0) || !isfinite(hp->rope_base))
         return pl_errorf(PL_ERR_FORMAT, "%s: bad rms epsilon or rope base", m->file_name);
 
-    const int64_t E = hp->n_embd, H = hp->n_head, G = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    const int64_t V = hp->n_vocab;
-    PL_TRY(pl_model_bind(m, &m->tok_embd, true, 0, 2, (int64_t[]){E, V}, "token_embd.weight"));
-    PL_TRY(pl_model_bind(m, &m->output_norm, true, NORM_MASK, 1, (int64_t[]){E}, "output_norm.weight"));
-    PL_TRY(pl_model_bind(m, &m->output, false, 0, 2, (int64_t[]){E, V}, "output.weight"));
-    if (!m->output) m->output = m->tok_embd; /* tied embeddings */
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        pl_layer_weights *L = &m->layers[l];
-        int li = (int)l;
-        PL_TRY(pl_model_bind(m, &L->attn_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.attn_norm.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wq, true, 0, 2, (int64_t[]){E, H * D}, "blk.%d.attn_q.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wk, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_k.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wv, true, 0, 2, (int64_t[]){E, G * D}, "blk.%d.attn_v.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wo, true, 0, 2, (int64_t[]){H * D, E}, "blk.%d.attn_output.weight", li));
-        if (qkv_bias != PL_DENSE_BIAS_NONE) {
-            const bool req = qkv_bias == PL_DENSE_BIAS_REQUIRED;
-            PL_TRY(pl_model_bind(m, &L->bq, req, NORM_MASK, 1, (int64_t[]){H * D}, "blk.%d.attn_q.bias", li));
-            PL_TRY(pl_model_bind(m, &L->bk, req, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_k.bias", li));
-            PL_TRY(pl_model_bind(m, &L->bv, req, NORM_MASK, 1, (int64_t[]){G * D}, "blk.%d.attn_v.bias", li));
-            if (!L->bq != !L->bk || !L->bq != !L->bv)
-                return pl_errorf(PL_ERR_FORMAT, "%s: layer %d has some of attn_q/k/v.bias but not all", m->file_name, li);
-        }
-        if (qk_norm) {
-            PL_TRY(pl_model_bind(m, &L->q_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_q_norm.weight", li));
-            PL_TRY(pl_model_bind(m, &L->k_norm, true, NORM_MASK, 1, (int64_t[]){D}, "blk.%d.attn_k_norm.weight", li));
-        }
-        PL_TRY(pl_model_bind(m, &L->ffn_norm, true, NORM_MASK, 1, (int64_t[]){E}, "blk.%d.ffn_norm.weight", li));
-        if (!dense_ffn) continue;   /* the architecture binds its own FFN */
-        PL_TRY(pl_model_bind(m, &L->ffn_gate, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_gate.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_up, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_up.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_down, true, 0, 2, (int64_t[]){F, E}, "blk.%d.ffn_down.weight", li));
+    return PL_OK;
+}
+
+pl_status pl_dense_check_bias(pl_model *m) {
+    for (int64_t l = 0; l < m->hp.n_layer; l++) {
+        pl_tensor *const *t = m->layers[l].t;
+        if (!t[PL_LW_BQ] != !t[PL_LW_BK] || !t[PL_LW_BQ] != !t[PL_LW_BV])
+            return pl_errorf(PL_ERR_FORMAT, "%s: layer %d has some of attn_q/k/v.bias but not all", m->file_name,
+                             (int)l);
     }
     return PL_OK;
 }
 
-static pl_status qwen3_load(pl_model *m) { return pl_dense_load(m, true, PL_DENSE_BIAS_NONE, 2); }
-static pl_status qwen2_load(pl_model *m) { return pl_dense_load(m, false, PL_DENSE_BIAS_REQUIRED, 2); }
+static pl_status qwen3_load(pl_model *m) {
+    PL_TRY(pl_dense_read_hparams(m, 2, true));
+    return pl_arch_bind_tensors(m, qwen3_tensors);
+}
+static pl_status qwen2_load(pl_model *m) {
+    PL_TRY(pl_dense_read_hparams(m, 2, true));
+    PL_TRY(pl_arch_bind_tensors(m, qwen2_tensors));
+    return pl_dense_check_bias(m);
+}
 
 void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
     *n_tensors = (int)m->hp.n_layer * 64 + 64;
@@ -113,9 +105,9 @@ void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
 /* The dense SwiGLU FFN of layer l: h [E, n] -> [E, n]. */
 static pl_tensor *dense_ffn(pl_model *m, pl_graph *g, int64_t l, pl_tensor *h) {
     const pl_layer_weights *L = &m->layers[l];
-    pl_tensor *gate = pl_op_matmul(g, W(L->ffn_gate), h);              /* [F, n] */
-    pl_tensor *up = pl_op_matmul(g, W(L->ffn_up), h);                  /* [F, n] */
-    return pl_op_matmul(g, W(L->ffn_down), pl_op_swiglu(g, gate, up)); /* [E, n] */
+    pl_tensor *gate = pl_op_matmul(g, W(L->t[PL_LW_FFN_GATE]), h);              /* [F, n] */
+    pl_tensor *up = pl_op_matmul(g, W(L->t[PL_LW_FFN_UP]), h);                  /* [F, n] */
+    return pl_op_matmul(g, W(L->t[PL_LW_FFN_DOWN]), pl_op_swiglu(g, gate, up)); /* [E, n] */
 }
 
 pl_tensor *pl_dense_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in) {
@@ -129,24 +121,24 @@ pl_tensor *pl_dense_build_ffn(pl_model *m, pl_graph *g, const pl_graph_inputs *i
     const float eps = hp->rms_eps;
     const float kq_scale = 1.0f / sqrtf((float)D);
     const int rope_mode = hp->rope_mode;
-    pl_tensor *rope_ff = m->rope_freqs ? W(m->rope_freqs) : NULL;      /* llama3 factors [n_rot/2] or none */
+    pl_tensor *rope_ff = m->globals[PL_GW_ROPE_FREQS] ? W(m->globals[PL_GW_ROPE_FREQS]) : NULL;      /* llama3 factors [n_rot/2] or none */
 
-    pl_tensor *x = pl_op_get_rows(g, W(m->tok_embd), in->ids);           /* [E, n] */
+    pl_tensor *x = pl_op_get_rows(g, W(m->globals[PL_GW_TOK_EMBD]), in->ids);           /* [E, n] */
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const pl_layer_weights *L = &m->layers[l];
-        pl_tensor *h = pl_op_rms_norm(g, x, W(L->attn_norm), eps);        /* [E, n] */
-        pl_tensor *q = pl_op_matmul(g, W(L->wq), h);                       /* [H*D, n] */
-        pl_tensor *k = pl_op_matmul(g, W(L->wk), h);                       /* [G*D, n] */
-        pl_tensor *v = pl_op_matmul(g, W(L->wv), h);                       /* [G*D, n] */
-        if (L->bq) {
-            q = pl_op_add(g, q, W(L->bq));
-            k = pl_op_add(g, k, W(L->bk));
-            v = pl_op_add(g, v, W(L->bv));
+        pl_tensor *h = pl_op_rms_norm(g, x, W(L->t[PL_LW_ATTN_NORM]), eps);        /* [E, n] */
+        pl_tensor *q = pl_op_matmul(g, W(L->t[PL_LW_Q]), h);                       /* [H*D, n] */
+        pl_tensor *k = pl_op_matmul(g, W(L->t[PL_LW_K]), h);                       /* [G*D, n] */
+        pl_tensor *v = pl_op_matmul(g, W(L->t[PL_LW_V]), h);                       /* [G*D, n] */
+        if (L->t[PL_LW_BQ]) {
+            q = pl_op_add(g, q, W(L->t[PL_LW_BQ]));
+            k = pl_op_add(g, k, W(L->t[PL_LW_BK]));
+            v = pl_op_add(g, v, W(L->t[PL_LW_BV]));
         }
-        if (L->q_norm) {
+        if (L->t[PL_LW_Q_NORM]) {
             /* Per-head RMSNorm: rows of D elements. */
-            q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->q_norm), eps);
-            k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->k_norm), eps);
+            q = pl_op_rms_norm(g, pl_graph_reshape(g, q, 2, (int64_t[]){D, H * n}), W(L->t[PL_LW_Q_NORM]), eps);
+            k = pl_op_rms_norm(g, pl_graph_reshape(g, k, 2, (int64_t[]){D, G * n}), W(L->t[PL_LW_K_NORM]), eps);
         }
         q = pl_op_rope_ext(g, pl_graph_reshape(g, q, 3, (int64_t[]){D, H, n}), in->pos, rope_ff, (int)hp->n_rot,
                            rope_mode, hp->rope_base, hp->rope_scale);       /* [D, H, n] */
@@ -161,24 +153,29 @@ pl_tensor *pl_dense_build_ffn(pl_model *m, pl_graph *g, const pl_graph_inputs *i
         pl_op_kv_store_rot(g, v, in->pos, in->seq, vc, m->v_rot, (int)D);
         pl_tensor *a = pl_op_attention_rot(g, q, kc, vc, in->pos, in->seq, (int)G, kq_scale, m->k_rot,
                                            m->v_rot); /* [H*D, n] */
-        pl_tensor *o = pl_op_matmul(g, W(L->wo), a);                       /* [E, n] */
+        pl_tensor *o = pl_op_matmul(g, W(L->t[PL_LW_O]), a);                       /* [E, n] */
         if (l == hp->n_layer - 1) {
             /* Only the rows whose logits are wanted go on past attention. */
             o = pl_op_get_rows(g, o, in->out_idx);                         /* [E, n_out] */
             x = pl_op_get_rows(g, x, in->out_idx);
         }
         x = pl_op_add(g, x, o);
-        h = pl_op_rms_norm(g, x, W(L->ffn_norm), eps);
+        h = pl_op_rms_norm(g, x, W(L->t[PL_LW_FFN_NORM]), eps);
         x = pl_op_add(g, x, ffn(m, g, l, h));                              /* [E, n] */
     }
     (void)E;
-    x = pl_op_rms_norm(g, x, W(m->output_norm), eps);
-    pl_tensor *logits = pl_op_matmul(g, W(m->output), x);                 /* [V, n_out] */
+    x = pl_op_rms_norm(g, x, W(m->globals[PL_GW_OUTPUT_NORM]), eps);
+    pl_tensor *logits = pl_op_matmul(g, W(m->globals[PL_GW_OUTPUT]), x);                 /* [V, n_out] */
     pl_graph_keep(g, logits);
     return logits;
 }
 
-const pl_arch pl_arch_qwen3 = {"qwen3", "Qwen3 dense (per-head Q/K RMSNorm, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen3_load, pl_dense_build, pl_arch_qwen_capacity};
-const pl_arch pl_arch_qwen2 = {"qwen2", "Qwen2 / Qwen2.5 dense (Q/K/V biases, GQA, SwiGLU, NeoX RoPE)",
-                               qwen_keys, qwen2_load, pl_dense_build, pl_arch_qwen_capacity};
+const pl_arch pl_arch_qwen3 = {.name = "qwen3",
+                               .summary = "Qwen3 dense (per-head Q/K RMSNorm, GQA, SwiGLU, NeoX RoPE)",
+                               .hparams = qwen_hparams, .tensors = qwen3_tensors, .presets = pl_qwen3_presets,
+                               .synth = true, .load = qwen3_load, .build = pl_dense_build,
+                               .capacity = pl_arch_qwen_capacity};
+const pl_arch pl_arch_qwen2 = {.name = "qwen2",
+                               .summary = "Qwen2 / Qwen2.5 dense (Q/K/V biases, GQA, SwiGLU, NeoX RoPE)",
+                               .hparams = qwen_hparams, .tensors = qwen2_tensors, .load = qwen2_load,
+                               .build = pl_dense_build, .capacity = pl_arch_qwen_capacity};

@@ -22,14 +22,36 @@
 #include "gguf/gguf.h"
 #include <stdio.h>
 
-static const char *const qwen3moe_keys[] = {
-    "{arch}.context_length", "{arch}.embedding_length", "{arch}.block_count",
-    "{arch}.feed_forward_length", "{arch}.attention.head_count",
-    "{arch}.attention.head_count_kv", "{arch}.attention.key_length",
-    "{arch}.attention.value_length", "{arch}.attention.layer_norm_rms_epsilon",
-    "{arch}.rope.freq_base", "{arch}.rope.dimension_count", "{arch}.rope.scaling.factor",
-    "{arch}.expert_count", "{arch}.expert_used_count", "{arch}.expert_feed_forward_length",
-    "{arch}.expert_weights_scale", NULL};
+static const pl_hparam_decl qwen3moe_hparams[] = {
+    PL_DENSE_HPARAMS,
+    PL_HK_READ("{arch}.rope.scaling.factor"),
+    PL_HK_INT("{arch}.expert_count", n_expert),
+    PL_HK_INT("{arch}.expert_used_count", n_expert_used),
+    PL_HK_INT("{arch}.expert_feed_forward_length", n_ff_exp),
+    {"{arch}.expert_weights_scale", PL_HK_F32, PL_HK_NOT_WRITTEN, false},
+    PL_HPARAMS_END};
+
+/* Slots of the expert FFN, after the dense decoder's. */
+enum { MOE_GATE_INP = PL_LW_DENSE_COUNT, MOE_GATE_EXPS, MOE_UP_EXPS, MOE_DOWN_EXPS };
+
+/* The router stays F32 (the converter keeps ffn_gate_inp in f32 and
+ * llama-quantize never quantizes it); experts [E, Fx, X] / [Fx, E, X]. */
+static const pl_tensor_decl qwen3moe_tensors[] = {
+    PL_DENSE_T_EMBD,
+    PL_DENSE_T_ATTN,
+    PL_DENSE_T_QK_NORM,
+    PL_DENSE_T_FFN_NORM,
+    {"blk.%d.ffn_gate_inp.weight", PL_TR_ROUTER, PL_TD_LAYER, MOE_GATE_INP, 2, {PL_DIM_E, PL_DIM_X}},
+    {"blk.%d.ffn_gate_exps.weight", PL_TR_MATRIX, PL_TD_LAYER, MOE_GATE_EXPS, 3, {PL_DIM_E, PL_DIM_FX, PL_DIM_X}},
+    {"blk.%d.ffn_up_exps.weight", PL_TR_MATRIX, PL_TD_LAYER, MOE_UP_EXPS, 3, {PL_DIM_E, PL_DIM_FX, PL_DIM_X}},
+    {"blk.%d.ffn_down_exps.weight", PL_TR_MATRIX, PL_TD_LAYER, MOE_DOWN_EXPS, 3, {PL_DIM_FX, PL_DIM_E, PL_DIM_X}},
+    PL_DENSE_T_OUTPUT,
+    PL_TENSORS_END};
+
+static const pl_arch_preset qwen3moe_presets[] = {
+    {"30b-a3b", 2048, 48, 32, 4, 128, 6144, false, 128, 8, 768},   /* Qwen3-30B-A3B */
+    {NULL, 0, 0, 0, 0, 0, 0, false, 0, 0, 0},
+};
 
 /* An expert op this backend must run; refused at load, not mid-forward. */
 static pl_status need_kernel(pl_model *m, pl_op op, pl_dtype key, const char *tensor) {
@@ -39,7 +61,7 @@ static pl_status need_kernel(pl_model *m, pl_op op, pl_dtype key, const char *te
 }
 
 static pl_status qwen3moe_load(pl_model *m) {
-    PL_TRY(pl_dense_load_ex(m, true, PL_DENSE_BIAS_NONE, 2, false));
+    PL_TRY(pl_dense_read_hparams(m, 2, false));
     pl_hparams *hp = &m->hp;
     char key[160];
     PL_TRY(pl_model_hp_int(m, "expert_count", true, 0, &hp->n_expert));
@@ -75,14 +97,13 @@ static pl_status qwen3moe_load(pl_model *m) {
         snprintf(key, sizeof key, "%s.expert_feed_forward_length", m->arch_name);
         return pl_errorf(PL_ERR_FORMAT, "%s: %s = %lld", m->file_name, key, (long long)hp->n_ff_exp);
     }
-    const int64_t E = hp->n_embd, X = hp->n_expert, Fx = hp->n_ff_exp;
+    const int64_t X = hp->n_expert;
     if (pl_gguf_find_tensor(m->gguf, "blk.0.ffn_gate_shexp.weight"))
         return pl_errorf(PL_ERR_UNSUPPORTED, "%s: blk.0.ffn_gate_shexp.weight: a shared expert is not qwen3moe",
                          m->file_name);
+    /* the expert count first, with the key named (bind's message gives two dims) */
     for (int64_t l = 0; l < hp->n_layer; l++) {
-        pl_layer_weights *L = &m->layers[l];
         const int li = (int)l;
-        /* the expert count first, with the key named (bind's message gives two dims) */
         static const char *const all[4] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
         for (int i = 0; i < 4; i++) {
             char tn[96];
@@ -95,15 +116,13 @@ static pl_status qwen3moe_load(pl_model *m) {
                                  (long long)have, key, (long long)X);
             }
         }
-        PL_TRY(pl_model_bind(m, &L->ffn_gate_inp, true, 0, 2, (int64_t[]){E, X}, "blk.%d.ffn_gate_inp.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_gate_exps, true, 0, 3, (int64_t[]){E, Fx, X}, "blk.%d.ffn_gate_exps.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_up_exps, true, 0, 3, (int64_t[]){E, Fx, X}, "blk.%d.ffn_up_exps.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_down_exps, true, 0, 3, (int64_t[]){Fx, E, X}, "blk.%d.ffn_down_exps.weight", li));
-        pl_tensor *const exps[3] = {L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps};
+    }
+    PL_TRY(pl_arch_bind_tensors(m, qwen3moe_tensors));
+    for (int64_t l = 0; l < hp->n_layer; l++) {
         static const char *const names[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
         for (int i = 0; i < 3; i++) {
-            snprintf(key, sizeof key, "blk.%d.%s.weight", li, names[i]);
-            PL_TRY(need_kernel(m, PL_OP_MATMUL_ID, exps[i]->dtype, key));
+            snprintf(key, sizeof key, "blk.%d.%s.weight", (int)l, names[i]);
+            PL_TRY(need_kernel(m, PL_OP_MATMUL_ID, m->layers[l].t[MOE_GATE_EXPS + i]->dtype, key));
         }
     }
     PL_TRY(need_kernel(m, PL_OP_MOE_TOPK, PL_F32, "blk.0.ffn_gate_inp.weight"));
@@ -118,18 +137,18 @@ static pl_tensor *moe_ffn(pl_model *m, pl_graph *g, int64_t l, pl_tensor *h) {
     const pl_layer_weights *L = &m->layers[l];
     const pl_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, Fx = hp->n_ff_exp, k = hp->n_expert_used, n = h->ne[1];
-    pl_tensor *logits = pl_op_matmul(g, W(L->ffn_gate_inp), h);          /* [X, n] */
+    pl_tensor *logits = pl_op_matmul(g, W(L->t[MOE_GATE_INP]), h);          /* [X, n] */
     pl_tensor *ids = pl_graph_new(g, PL_I32, 2, (int64_t[]){k, n}, "moe_ids");
     pl_node *nd = pl_graph_add_node(g, PL_OP_MOE_TOPK, ids, 1, (pl_tensor *[]){logits});
     if (nd) nd->iparams[0] = (int32_t)k;
     pl_tensor *hx = pl_graph_reshape(g, h, 3, (int64_t[]){E, 1, n});    /* one row shared by the k slots */
     pl_tensor *gate = pl_graph_new(g, PL_F32, 3, (int64_t[]){Fx, k, n}, "moe_gate");
-    pl_graph_add_node(g, PL_OP_MATMUL_ID, gate, 3, (pl_tensor *[]){W(L->ffn_gate_exps), hx, ids});
+    pl_graph_add_node(g, PL_OP_MATMUL_ID, gate, 3, (pl_tensor *[]){W(L->t[MOE_GATE_EXPS]), hx, ids});
     pl_tensor *up = pl_graph_new(g, PL_F32, 3, (int64_t[]){Fx, k, n}, "moe_up");
-    pl_graph_add_node(g, PL_OP_MATMUL_ID, up, 3, (pl_tensor *[]){W(L->ffn_up_exps), hx, ids});
+    pl_graph_add_node(g, PL_OP_MATMUL_ID, up, 3, (pl_tensor *[]){W(L->t[MOE_UP_EXPS]), hx, ids});
     pl_tensor *act = pl_op_swiglu(g, gate, up);                           /* [Fx, k, n] */
     pl_tensor *y = pl_graph_new(g, PL_F32, 3, (int64_t[]){E, k, n}, "moe_down");
-    pl_graph_add_node(g, PL_OP_MATMUL_ID, y, 3, (pl_tensor *[]){W(L->ffn_down_exps), act, ids});
+    pl_graph_add_node(g, PL_OP_MATMUL_ID, y, 3, (pl_tensor *[]){W(L->t[MOE_DOWN_EXPS]), act, ids});
     pl_tensor *out = pl_graph_new(g, PL_F32, 2, (int64_t[]){E, n}, "moe_out");
     nd = pl_graph_add_node(g, PL_OP_MOE_COMBINE, out, 3, (pl_tensor *[]){y, logits, ids});
     if (nd) nd->iparams[0] = 1;   /* norm_topk_prob */
@@ -146,6 +165,8 @@ static void qwen3moe_capacity(const pl_model *m, int *n_tensors, int *n_nodes) {
     *n_nodes += (int)m->hp.n_layer * 8;
 }
 
-const pl_arch pl_arch_qwen3moe = {"qwen3moe",
-                                  "Qwen3-MoE (qwen3 attention; top-k softmax router, norm_topk_prob, no shared expert)",
-                                  qwen3moe_keys, qwen3moe_load, qwen3moe_build, qwen3moe_capacity};
+const pl_arch pl_arch_qwen3moe = {
+    .name = "qwen3moe",
+    .summary = "Qwen3-MoE (qwen3 attention; top-k softmax router, norm_topk_prob, no shared expert)",
+    .hparams = qwen3moe_hparams, .tensors = qwen3moe_tensors, .presets = qwen3moe_presets, .synth = true,
+    .load = qwen3moe_load, .build = qwen3moe_build, .capacity = qwen3moe_capacity};

@@ -8,13 +8,21 @@
  * toy.attention.head_count (H, head size E/H, one KV head per query head).
  */
 #include "engine/model.h"
+#include "models/dense.h"
 #include "core/status.h"
 
 extern const pl_arch pl_arch_qwen3;
 void pl_arch_qwen_capacity(const pl_model *m, int *n_tensors, int *n_nodes);
 
-static const char *const toy_keys[] = {"{arch}.embedding_length", "{arch}.block_count",
-                                       "{arch}.feed_forward_length", "{arch}.attention.head_count", NULL};
+static const pl_hparam_decl toy_hparams[] = {
+    PL_HK_INT("{arch}.embedding_length", n_embd), PL_HK_INT("{arch}.block_count", n_layer),
+    PL_HK_INT("{arch}.feed_forward_length", n_ff), PL_HK_INT("{arch}.attention.head_count", n_head),
+    PL_HPARAMS_END};
+
+/* The qwen3 table without the Q/K norms (head size E/H, as many KV heads as
+ * query heads, so every attention matrix is [E, E]). */
+static const pl_tensor_decl toy_tensors[] = {PL_DENSE_T_EMBD, PL_DENSE_T_ATTN, PL_DENSE_T_FFN_NORM,
+                                             PL_DENSE_T_FFN,  PL_DENSE_T_OUTPUT, PL_TENSORS_END};
 
 static pl_status toy_load(pl_model *m) {
     pl_hparams *hp = &m->hp;
@@ -33,26 +41,7 @@ static pl_status toy_load(pl_model *m) {
     hp->rope_base = 10000.0f;
     hp->rope_scale = 1.0f;
     hp->rope_mode = 2;  /* NeoX, as qwen3 whose builder it borrows */
-    const int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
-    const uint64_t norm = PL_DTMASK(PL_F32);
-    PL_TRY(pl_model_bind(m, &m->tok_embd, true, 0, 2, (int64_t[]){E, V}, "token_embd.weight"));
-    PL_TRY(pl_model_bind(m, &m->output_norm, true, norm, 1, (int64_t[]){E}, "output_norm.weight"));
-    PL_TRY(pl_model_bind(m, &m->output, false, 0, 2, (int64_t[]){E, V}, "output.weight"));
-    if (!m->output) m->output = m->tok_embd;
-    for (int64_t l = 0; l < hp->n_layer; l++) {
-        pl_layer_weights *L = &m->layers[l];
-        int li = (int)l;
-        PL_TRY(pl_model_bind(m, &L->attn_norm, true, norm, 1, (int64_t[]){E}, "blk.%d.attn_norm.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wq, true, 0, 2, (int64_t[]){E, E}, "blk.%d.attn_q.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wk, true, 0, 2, (int64_t[]){E, E}, "blk.%d.attn_k.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wv, true, 0, 2, (int64_t[]){E, E}, "blk.%d.attn_v.weight", li));
-        PL_TRY(pl_model_bind(m, &L->wo, true, 0, 2, (int64_t[]){E, E}, "blk.%d.attn_output.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_norm, true, norm, 1, (int64_t[]){E}, "blk.%d.ffn_norm.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_gate, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_gate.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_up, true, 0, 2, (int64_t[]){E, F}, "blk.%d.ffn_up.weight", li));
-        PL_TRY(pl_model_bind(m, &L->ffn_down, true, 0, 2, (int64_t[]){F, E}, "blk.%d.ffn_down.weight", li));
-    }
-    return PL_OK;
+    return pl_arch_bind_tensors(m, toy_tensors);
 }
 
 /* Without Q/K norms and biases the Qwen builder emits exactly this graph. */
@@ -60,5 +49,6 @@ static pl_tensor *toy_build(pl_model *m, pl_graph *g, const pl_graph_inputs *in)
     return pl_arch_qwen3.build(m, g, in);
 }
 
-const pl_arch pl_arch_toy = {"toy", "test architecture: a Qwen3 block without Q/K norms, head size E/H",
-                             toy_keys, toy_load, toy_build, pl_arch_qwen_capacity};
+const pl_arch pl_arch_toy = {.name = "toy", .summary = "test architecture: a Qwen3 block without Q/K norms, head size E/H",
+                             .hparams = toy_hparams, .tensors = toy_tensors, .load = toy_load, .build = toy_build,
+                             .capacity = pl_arch_qwen_capacity};

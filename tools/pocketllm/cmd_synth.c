@@ -1,8 +1,11 @@
 /*
- * pocketllm synth: writes a Qwen3-shaped (or, with --arch llama, Llama-shaped:
- * no Q/K norms, normal RoPE) GGUF with random weights of the real shapes and
- * the real tokenizer (copied from a vocab-only GGUF), for benchmarks at
- * 0.6B-8B sizes and for tiny test fixtures. llama.cpp loads the result too.
+ * pocketllm synth: writes a checkpoint of any architecture whose declaration
+ * says it can (pl_arch.synth: qwen3, qwen3moe, llama, gemma3) with random
+ * weights of the real shapes and the real tokenizer (copied from a vocab-only
+ * GGUF), for benchmarks at 0.6B-30B sizes and for tiny test fixtures.
+ * llama.cpp loads the result too. The keys and the tensor list come from the
+ * architecture's tables (src/models/arch_table.h), so this file names no
+ * architecture's tensors.
  * --rope-llama3 FACTOR:LOW:HIGH:CTX (llama only) adds rope_freqs.weight, the
  * llama3 (Llama 3.1+) RoPE frequency factors, computed as llama.cpp's
  * converter does from rope_scaling {factor, low_freq_factor,
@@ -26,6 +29,7 @@
 #include "quant/quant.h"
 #include "quant/quantize_mix.h"
 #include "core/status.h"
+#include "models/arch_table.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +39,6 @@ typedef struct synth_dims {
     int64_t n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
     bool tied;
 } synth_dims;
-
-/* Qwen3 release configurations. */
-static const synth_dims presets[] = {
-    {"0.6b", 1024, 28, 16, 8, 128, 3072, true},
-    {"1.7b", 2048, 28, 16, 8, 128, 6144, true},
-    {"4b", 2560, 36, 32, 8, 128, 9728, true},
-    {"8b", 4096, 36, 32, 8, 128, 12288, false},
-};
 
 typedef struct synth_tensor {
     char name[64];
@@ -154,23 +150,12 @@ static void llama3_rope_factors(float *out, int64_t dim, double base, double fac
     }
 }
 
-static const char *akey(char *buf, size_t cap, const char *arch, const char *suffix) {
-    snprintf(buf, cap, "%s.%s", arch, suffix);
-    return buf;
-}
-
-/* ---- qwen3moe --------------------------------------------------------------
- * --arch qwen3moe: the qwen3 layer with the dense FFN replaced by experts
- * (src/models/qwen3moe.c). Expert shape: --experts X:K:Fx (expert_count,
- * expert_used_count, expert_feed_forward_length); the preset 30b-a3b is
- * Qwen3-30B-A3B (feed_forward_length 6144 is written as the release has it;
- * no tensor uses it). */
+/* --experts X:K:Fx (expert_count, expert_used_count,
+ * expert_feed_forward_length) of an expert architecture (qwen3moe) with a
+ * custom shape; a preset (30b-a3b = Qwen3-30B-A3B) carries its own. */
 typedef struct synth_moe {
     int64_t n_expert, n_used, n_ff_exp;
 } synth_moe;
-
-static const synth_dims moe_preset_30b = {"30b-a3b", 2048, 48, 32, 4, 128, 6144, false};
-static const synth_moe moe_experts_30b = {128, 8, 768};
 
 static bool parse_experts(const char *s, synth_moe *m) {
     long long v[3];
@@ -180,30 +165,72 @@ static bool parse_experts(const char *s, synth_moe *m) {
     return true;
 }
 
-static void synth_moe_keys(pl_gguf_writer *w, const char *arch, const synth_moe *x) {
-    char key[96];
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_count"), (uint32_t)x->n_expert);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_used_count"), (uint32_t)x->n_used);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "expert_feed_forward_length"), (uint32_t)x->n_ff_exp);
+/* Whether an architecture's table has a tensor with dimension dim / of role
+ * role: what decides which of synth's options apply to it. */
+static bool arch_has_dim(const pl_arch *a, pl_dim dim) {
+    for (const pl_tensor_decl *d = a->tensors; d && d->name; d++)
+        for (int i = 0; i < d->n_dims; i++)
+            if (d->ne[i] == dim) return true;
+    return false;
+}
+static bool arch_has_role(const pl_arch *a, pl_tensor_role role) {
+    for (const pl_tensor_decl *d = a->tensors; d && d->name; d++)
+        if (d->role == role) return true;
+    return false;
 }
 
-/* The expert FFN tensors of layer li after its ffn_norm, in the converter's
- * order; returns how many were written to ts. The router stays f32 (the
- * converter keeps ffn_gate_inp in f32 and llama-quantize never quantizes it). */
-static size_t synth_moe_tensors(synth_tensor *ts, int li, int64_t E, const synth_moe *x, pl_dtype wt, uint64_t seed) {
-    static const char *const names[4] = {"ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
-    for (int i = 0; i < 4; i++) {
-        synth_tensor *t = &ts[i];
-        snprintf(t->name, sizeof t->name, "blk.%d.%s.weight", li, names[i]);
-        t->dtype = i == 0 ? PL_F32 : wt;
-        t->n_dims = i == 0 ? 2 : 3;
-        t->ne[0] = i == 0 ? E : i == 3 ? x->n_ff_exp : E;
-        t->ne[1] = i == 0 ? x->n_expert : i == 3 ? E : x->n_ff_exp;
-        t->ne[2] = i == 0 ? 1 : x->n_expert;
-        t->is_norm = false;
-        t->seed = hash_name(t->name, seed);
-    }
-    return 4;
+/* "a, b or c": the synth-able architectures for which pred holds (pred
+ * NULL: all), in registry order. */
+static const char *arch_list(char *buf, size_t cap, bool (*pred)(const pl_arch *)) {
+    const pl_arch *pick[32];
+    int n = 0;
+    for (const pl_arch *const *a = pl_archs(); *a && n < 32; a++)
+        if ((*a)->synth && (!pred || pred(*a))) pick[n++] = *a;
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", i == 0 ? "" : i == n - 1 ? " or " : ", ", pick[i]->name);
+    return buf;
+}
+static bool has_experts(const pl_arch *a) { return arch_has_dim(a, PL_DIM_X); }
+static bool has_factors(const pl_arch *a) { return arch_has_role(a, PL_TR_FACTORS); }
+
+static void synth_key(void *user, const char *key, bool is_float, int64_t i, float f) {
+    if (is_float) pl_gguf_writer_add_f32(user, key, f);
+    else pl_gguf_writer_add_u32(user, key, (uint32_t)i);
+}
+
+/* The tensor list, walked from the architecture's table
+ * (pl_arch_each_tensor: llama.cpp's converter order). */
+typedef struct synth_walk {
+    synth_tensor *ts;
+    size_t n, cap;
+    pl_dtype wt;              /* matrices' dtype; vectors and routers stay F32 */
+    bool tied;
+    const float *factors;     /* rope_freqs values, or NULL: not written */
+    uint64_t seed;
+} synth_walk;
+
+static bool synth_keep(void *user, const pl_tensor_decl *d) {
+    const synth_walk *sw = user;
+    if (d->flags & PL_TD_TIED) return !sw->tied;
+    if (d->role == PL_TR_FACTORS) return sw->factors != NULL;
+    return false;
+}
+
+static void synth_add(void *user, const pl_tensor_decl *d, const char *name, const int64_t ne[3]) {
+    synth_walk *sw = user;
+    if (sw->n >= sw->cap) return;
+    synth_tensor *t = &sw->ts[sw->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    const bool f32 = d->role == PL_TR_NORM || d->role == PL_TR_BIAS || d->role == PL_TR_ROUTER ||
+                     d->role == PL_TR_FACTORS;
+    t->dtype = f32 ? PL_F32 : sw->wt;
+    t->n_dims = d->n_dims;
+    for (int i = 0; i < 3; i++) t->ne[i] = ne[i];
+    t->is_norm = d->role == PL_TR_NORM;
+    t->seed = hash_name(t->name, sw->seed);
+    t->values = d->role == PL_TR_FACTORS ? sw->factors : NULL;
 }
 
 /* --type NAME_OF_A_FILE_TYPE (Q4_K_M, ...): each tensor gets the type the
@@ -229,13 +256,6 @@ static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm
             if (ts[i].name == mt[j].name) ts[i].dtype = mt[j].target;
     free(mt);
     return st;
-}
-
-/* gemma3: the sliding window of its local layers and, if asked for, a final
- * logit soft-capping value (llama.cpp reads both; see src/models/gemma3.c). */
-static void synth_gemma3_keys(pl_gguf_writer *w, long long window, double softcap) {
-    pl_gguf_writer_add_u32(w, "gemma3.attention.sliding_window", (uint32_t)window);
-    if (softcap > 0) pl_gguf_writer_add_f32(w, "gemma3.final_logit_softcapping", (float)softcap);
 }
 
 static int cmd_synth(int argc, char **argv) {
@@ -281,29 +301,29 @@ static int cmd_synth(int argc, char **argv) {
         } else return pl_cli_error("synth: unknown option '%s'", argv[i]);
     }
     if (bad) return 1;
-    const bool llama = !strcmp(arch, "llama"), moe = !strcmp(arch, "qwen3moe"), gemma3 = !strcmp(arch, "gemma3");
-    if (strcmp(arch, "qwen3") && !llama && !moe && !gemma3)
-        return pl_cli_error("synth: --arch must be qwen3, llama, qwen3moe or gemma3");
+    char names[160];
+    const pl_arch *a = pl_arch_find(arch);
+    if (!a || !a->synth) return pl_cli_error("synth: --arch must be %s", arch_list(names, sizeof names, NULL));
     if (!preset || !out || !vocab) return pl_cli_error("synth: --preset, --out and --vocab are required");
-    if (experts && !moe) return pl_cli_error("synth: --experts is for --arch qwen3moe");
-    synth_dims d;
+    const bool moe = has_experts(a);
+    if (experts && !moe) return pl_cli_error("synth: --experts is for --arch %s", arch_list(names, sizeof names, has_experts));
+    synth_dims d = {0};
     synth_moe xm = {0};
     bool found = false;
-    if (moe && !strcmp(preset, moe_preset_30b.name)) {
-        d = moe_preset_30b;
-        xm = moe_experts_30b;
-        found = true;
-    }
-    for (size_t i = 0; i < sizeof presets / sizeof presets[0] && !moe; i++)
-        if (!strcmp(preset, presets[i].name)) { d = presets[i]; found = true; }
+    for (const pl_arch_preset *p = a->presets; p && p->name && !found; p++)
+        if (!strcmp(preset, p->name)) {
+            d = (synth_dims){p->name, p->n_embd, p->n_layer, p->n_head, p->n_head_kv, p->head_dim, p->n_ff, p->tied};
+            xm = (synth_moe){p->n_expert, p->n_expert_used, p->n_ff_exp};
+            found = true;
+        }
     if (!found && !parse_custom(preset, &d)) return pl_cli_error("synth: unknown preset '%s'", preset);
     if (moe && experts && !parse_experts(experts, &xm))
         return pl_cli_error("synth: bad --experts '%s' (X:K:Fx with 1 <= K <= X)", experts);
-    if (moe && !xm.n_expert) return pl_cli_error("synth: --arch qwen3moe with a custom shape needs --experts X:K:Fx");
+    if (moe && !xm.n_expert) return pl_cli_error("synth: --arch %s with a custom shape needs --experts X:K:Fx", arch);
     if (untied) d.tied = false;
     double r3[4] = {0};
     if (rope_llama3) {
-        if (!llama) return pl_cli_error("synth: --rope-llama3 needs --arch llama");
+        if (!has_factors(a)) return pl_cli_error("synth: --rope-llama3 needs --arch %s", arch_list(names, sizeof names, has_factors));
         if (sscanf(rope_llama3, "%lf:%lf:%lf:%lf", &r3[0], &r3[1], &r3[2], &r3[3]) != 4 || !(r3[0] >= 1) ||
             !(r3[1] > 0) || !(r3[2] > r3[1]) || !(r3[3] >= 1) || !isfinite(r3[0] + r3[1] + r3[2] + r3[3]))
             return pl_cli_error("synth: bad --rope-llama3 '%s' (FACTOR:LOW:HIGH:CTX, factor >= 1, 0 < low < high, "
@@ -330,87 +350,49 @@ static int cmd_synth(int argc, char **argv) {
 
     pl_gguf_writer *w = NULL;
     pl_gguf_writer_create(&w);
-    char name[128], key[96];
+    char name[128];
     pl_gguf_writer_add_str(w, "general.architecture", arch);
     snprintf(name, sizeof name, "synthetic %s %s %s", arch, d.name, type);
     pl_gguf_writer_add_str(w, "general.name", name);
     pl_gguf_writer_add_u32(w, "general.file_type", (uint32_t)(mix ? mix->ftype : file_type_of(wt)));
     pl_gguf_writer_add_u32(w, "general.quantization_version", 2);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "context_length"), 40960);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "embedding_length"), (uint32_t)d.n_embd);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "block_count"), (uint32_t)d.n_layer);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "feed_forward_length"), (uint32_t)d.n_ff);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.head_count"), (uint32_t)d.n_head);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.head_count_kv"), (uint32_t)d.n_head_kv);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.key_length"), (uint32_t)d.head_dim);
-    pl_gguf_writer_add_u32(w, akey(key, sizeof key, arch, "attention.value_length"), (uint32_t)d.head_dim);
-    pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "attention.layer_norm_rms_epsilon"), 1e-6f);
-    pl_gguf_writer_add_f32(w, akey(key, sizeof key, arch, "rope.freq_base"), 1000000.0f);
-    if (moe) synth_moe_keys(w, arch, &xm);
-    if (gemma3) synth_gemma3_keys(w, window, softcap);
+    const pl_arch_preset shape = {d.name, d.n_embd, d.n_layer, d.n_head, d.n_head_kv, d.head_dim, d.n_ff, d.tied,
+                                  xm.n_expert, xm.n_used, xm.n_ff_exp};
+    pl_hparams hp;
+    pl_arch_preset_hparams(&shape, V, &hp);
+    hp.n_swa = window;                  /* written by architectures that declare a sliding window */
+    hp.final_softcap = (float)softcap;  /* 0: not written */
+    pl_arch_each_hparam(a, &hp, synth_key, w);   /* the {arch}.* keys the declaration writes */
     for (int64_t i = 0; i < pl_gguf_n_kv(vg); i++) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
     }
 
-    /* Tensor list in llama.cpp's converter order. */
-    size_t cap = (size_t)d.n_layer * 13 + 4, n = 0;   /* the most tensors per layer (gemma3), + rope_freqs */
-    synth_tensor *ts = calloc(cap, sizeof *ts);
-    fill_user *users = calloc(cap, sizeof *users);
-    const int64_t E = d.n_embd, H = d.n_head, G = d.n_head_kv, D = d.head_dim, F = d.n_ff;
-#define ADD_T(dt, nd, a, b, norm, ...)                                              \
-    do {                                                                            \
-        synth_tensor *t = &ts[n++];                                                 \
-        snprintf(t->name, sizeof t->name, __VA_ARGS__);                             \
-        t->dtype = (dt); t->n_dims = (nd); t->ne[0] = (a); t->ne[1] = (b); t->ne[2] = 1; \
-        t->is_norm = (norm); t->seed = hash_name(t->name, (uint64_t)seed);          \
-    } while (0)
+    /* Tensor list in llama.cpp's converter order, from the architecture's table. */
+    size_t cap = 0;
+    for (const pl_tensor_decl *td = a->tensors; td->name; td++)
+        cap += td->flags & PL_TD_LAYER ? (size_t)d.n_layer : 1;
+    synth_walk sw = {calloc(cap ? cap : 1, sizeof(synth_tensor)), 0, cap, wt, d.tied, NULL, (uint64_t)seed};
+    synth_tensor *ts = sw.ts;
+    fill_user *users = calloc(cap ? cap : 1, sizeof *users);
     float *rope_factors = NULL;
     if (rope_llama3) {
-        /* first, as the converter yields its extra tensors first */
-        rope_factors = malloc((size_t)(D / 2) * sizeof *rope_factors);
-        llama3_rope_factors(rope_factors, D, 1000000.0, r3[0], r3[1], r3[2], r3[3]);
-        ADD_T(PL_F32, 1, D / 2, 1, false, "rope_freqs.weight");
-        ts[n - 1].values = rope_factors;
+        rope_factors = malloc((size_t)(hp.n_rot / 2) * sizeof *rope_factors);
+        llama3_rope_factors(rope_factors, hp.n_rot, 1000000.0, r3[0], r3[1], r3[2], r3[3]);
+        sw.factors = rope_factors;
     }
-    ADD_T(wt, 2, E, V, false, "token_embd.weight");
-    for (int64_t l = 0; l < d.n_layer; l++) {
-        int li = (int)l;
-        ADD_T(PL_F32, 1, E, 1, true, "blk.%d.attn_norm.weight", li);
-        ADD_T(wt, 2, E, H * D, false, "blk.%d.attn_q.weight", li);
-        ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_k.weight", li);
-        ADD_T(wt, 2, E, G * D, false, "blk.%d.attn_v.weight", li);
-        ADD_T(wt, 2, H * D, E, false, "blk.%d.attn_output.weight", li);
-        if (!llama) {
-            ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_q_norm.weight", li);
-            ADD_T(PL_F32, 1, D, 1, true, "blk.%d.attn_k_norm.weight", li);
-        }
-        ADD_T(PL_F32, 1, E, 1, true, "blk.%d.ffn_norm.weight", li);
-        if (moe) {
-            n += synth_moe_tensors(&ts[n], li, E, &xm, wt, (uint64_t)seed);
-            continue;
-        }
-        ADD_T(wt, 2, E, F, false, "blk.%d.ffn_gate.weight", li);
-        ADD_T(wt, 2, E, F, false, "blk.%d.ffn_up.weight", li);
-        ADD_T(wt, 2, F, E, false, "blk.%d.ffn_down.weight", li);
-        if (gemma3) { /* the sandwich norms (stored with Gemma's + 1 already in, as the converter writes them) */
-            ADD_T(PL_F32, 1, E, 1, true, "blk.%d.post_attention_norm.weight", li);
-            ADD_T(PL_F32, 1, E, 1, true, "blk.%d.post_ffw_norm.weight", li);
-        }
-    }
-    ADD_T(PL_F32, 1, E, 1, true, "output_norm.weight");
-    if (!d.tied) ADD_T(wt, 2, E, V, false, "output.weight");
-#undef ADD_T
+    pl_arch_each_tensor(a, &hp, synth_keep, synth_add, &sw);
+    const size_t n = sw.n;
 
     synth_ctx sc = {0};
     int rc = 0;
     if (mix) {
-        const pl_mix_model mm = {d.n_layer, d.n_head, d.n_head_kv, moe ? xm.n_expert : 0};
+        const pl_mix_model mm = {d.n_layer, d.n_head, d.n_head_kv, hp.n_expert};
         if (synth_apply_mix(mix, &mm, ts, n) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     }
-    int64_t max_row = E > F ? E : F;
-    if (moe && xm.n_ff_exp > max_row) max_row = xm.n_ff_exp;
-    if (H * D > max_row) max_row = H * D;
+    int64_t max_row = 1;   /* the longest row of any tensor (ne[0]) */
+    for (size_t i = 0; i < n; i++)
+        if (ts[i].ne[0] > max_row) max_row = ts[i].ne[0];
     if (pl_threadpool_create(threads > 0 ? (int)threads : pl_cpu_count(), &sc.pool) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
     sc.bufs = malloc((size_t)pl_threadpool_size(sc.pool) * (size_t)max_row * sizeof(float));
     for (size_t i = 0; i < n && !rc; i++) {
