@@ -145,9 +145,10 @@ def test_decoding_stream_flows_while_long_prompt_is_admitted(make_server):
     assert n_b > 1200, n_b
     assert n >= 120, f"only {n} tokens of the decoding stream during a {n_b}-token prefill"
     # Control: a budget that holds the whole prompt prefills it in one step,
-    # and A waits for it (what the order check above rules out). A's tokens
-    # in the window are then only those of the time B's request took to
-    # reach the scheduler (~30 on an idle machine).
+    # and A waits for it. A's tokens in the window are then only those of the
+    # time B's request took to reach the scheduler (~30 on an idle machine,
+    # over 130 on a loaded one), which the chunked run counts too: the
+    # difference is the ~230 steps that carried one of A's tokens each.
     c = make_server("--parallel", "2", "--ctx", "2048", "--batch", "2048", "--max-num-batched-tokens", "2048")
     n_c, _ = interleaving(c)
-    assert n_c < 120, f"{n_c} tokens of A during an unchunked prefill: the check above cannot tell"
+    assert n - n_c >= 100, f"{n} tokens of A during the chunked prefill, {n_c} during an unchunked one"
