@@ -1,0 +1,83 @@
+/* Load-time packing of iq2_xxs weights into the 16-row panel layout
+ * PL_PACK_IQ2XXS_X16 (cpu_internal.h), and the row decoder get_rows uses on
+ * a prepared table. Portable C: cpu_repack.c calls it from its pack task.
+ *
+ * The panel holds exactly the bits of the 16 original blocks (66 bytes a
+ * row and block: 1056 bytes a panel block, the same memory as the file):
+ * only the order changes, so the kernels compute with the file's numbers.
+ */
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "core/fp16.h"
+#include "quant/quant.h"
+
+static inline uint32_t iqx_rd_u32(const uint8_t *b) {
+    return (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24);
+}
+
+/* Sub-block s (32 weights) of an iq2_xxs block is 8 bytes of qs: 4 grid
+ * indices (groups 4s + l of 8 weights), then a u32 of 4 x 7 sign-index bits
+ * (group l at bit 7l) and the scale ls in bits 28-31. */
+void pl_iq2xxsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    const int64_t nb = K / QK_K;
+    uint16_t *dv = (uint16_t *)(out + nb * PL_IQ2XXSX_CODES);
+    memset(out, 0, pl_iq2xxsx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *idx = out + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        for (int r = 0; r < nr; r++) {
+            const block_iq2_xxs *x = (const block_iq2_xxs *)(src + r * row_bytes) + b;
+            const uint8_t *qs = (const uint8_t *)x->qs;
+            dv[b * PL_KQX_ROWS + r] = x->d;
+            for (int s = 0; s < 8; s++) {
+                const uint32_t a = iqx_rd_u32(qs + 8 * s), w = iqx_rd_u32(qs + 8 * s + 4);
+                for (int l = 0; l < 4; l++) {
+                    const int g = 4 * s + l;
+                    idx[16 * g + r] = (uint8_t)(a >> (8 * l));
+                    sg[16 * g + r] = (uint8_t)(((w >> (7 * l)) & 127) | (((w >> (28 + l)) & 1) << 7));
+                }
+            }
+        }
+    }
+}
+
+/* Block b of row r (0..15) of a panel, put back in the file's form. */
+static void pl_iq2xxsx_unpack_block(const uint8_t *panel, int64_t nb, int64_t b, int r, block_iq2_xxs *x) {
+    const uint8_t *idx = panel + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+    const uint16_t *dv = (const uint16_t *)(panel + nb * PL_IQ2XXSX_CODES);
+    uint8_t *qs = (uint8_t *)x->qs;
+    x->d = dv[b * PL_KQX_ROWS + r];
+    for (int s = 0; s < 8; s++) {
+        uint32_t w = 0;
+        for (int l = 0; l < 4; l++) {
+            const int g = 4 * s + l;
+            qs[8 * s + l] = idx[16 * g + r];
+            w |= (uint32_t)(sg[16 * g + r] & 127) << (7 * l) | (uint32_t)(sg[16 * g + r] >> 7) << (28 + l);
+        }
+        for (int i = 0; i < 4; i++) qs[8 * s + 4 + i] = (uint8_t)(w >> (8 * i));
+    }
+}
+
+/* Row r of a prepared iq2_xxs weight, as pl_dequantize_row_iq2_xxs computes
+ * it (the same function, on the blocks put back). */
+void pl_iq2xxsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq2xxsx_panel_bytes(K);
+    for (int64_t b = 0; b < nb; b++) {
+        block_iq2_xxs x;
+        pl_iq2xxsx_unpack_block(panel, nb, b, (int)(r % PL_KQX_ROWS), &x);
+        pl_dequantize_row(PL_IQ2_XXS, &x, out + b * QK_K, QK_K);
+    }
+}
+
+/* PL_CPU_IQX=0 leaves the IQ weights unprepared (the AVX-512 tiles of
+ * cpu_matmul_iq_avx2.c run on the file's blocks: before/after runs). The
+ * kernels also need AVX-512 BITALG (vpopcntb for the sign parity). */
+bool pl_cpu_iqx_enabled(void) {
+#if PL_CPU_HAVE_AVX2_BUILD && defined(__GNUC__)
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx512bitalg") && pl_cpu_switch("PL_CPU_IQX");
+    return cached;
+#else
+    return false;
+#endif
+}

@@ -1,0 +1,144 @@
+/* Prepared-weight kernel for iq2_xxs (layout PL_PACK_IQ2XXS_X16 in
+ * cpu_internal.h, packed by cpu_packed_iq.c): 16 rows per panel, decoded
+ * once per panel block for all 16 rows and every activation row of a tile.
+ *
+ * A group g (8 weights) of 8 rows is one zmm of 8 grid entries (one gather
+ * by the 8 index bytes: qword lane r = row r's 8 |weights|). Its signs are
+ * one 64-bit mask (bit 8r + j = weight j of row r): the 8 sign bytes of
+ * those rows, each the 7 stored bits and their parity as 8th bit (llama.cpp's
+ * ksigns table). The sign goes onto the activation: the 8 q8 codes of the
+ * group broadcast to every lane, negated under the mask, then vpdpbusd
+ * (unsigned |w| x signed q8) -> lanes 2r, 2r + 1 of row r. The 4 groups of a
+ * sub-block are summed in the lanes, times the sub-block's 2 ls + 1 (vpmulld),
+ * and the sub-blocks summed: all exact integers. Per block and row then one
+ * float step, the reference's (ggml_vec_dot_iq2_xxs_q8_K, generic):
+ *     sumf += (d * dy) * (float)bsum,  result 0.125f * sumf
+ * so batched == alone bit for bit, whatever the tile.
+ *
+ * Against the per-row AVX-512 tile (cpu_matmul_iq_avx2.c) on the same CPU:
+ * the same gathers per weight, but the sign expansion, the scales and the
+ * float step serve 16 rows at a time, the activation group is one broadcast
+ * load, and one vpdpbusd replaces maddubs + madd.
+ *
+ * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
+ * attribute and run only after pl_cpu_has_vnni512() && pl_cpu_iqx_enabled().
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_simd_avx2.h"
+#include "quant/ggml_tables.h"
+
+#define PL_IQX_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg")))
+#define PL_IQX_AI static inline __attribute__((always_inline)) PL_IQX_T
+#define PL_IQX_R 4   /* activation rows per tile */
+
+PL_IQX_AI __mmask16 pl_iqx_mask(int64_t p, int64_t N) {
+    const int64_t left = N - PL_KQX_ROWS * p;
+    return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+static const uint16_t pl_iqx_lsh[32] = {7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6,
+                                         5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4};
+
+/* One panel, R activation rows: acc[c] += the 16 rows' block terms. */
+PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                                __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    /* the scale bit of group l of a sub-block sits in bit 7 of the bytes of 128-bit lane l:
+     * shifting its words right by 7 - l brings it to bit l of the same byte */
+    const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        _mm_prefetch((const char *)(idx + 8 * PL_IQ2XXSX_CODES), _MM_HINT_T0);
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            /* the 64 sign bytes of sub-block s (groups 4s .. 4s+3 x 16 rows) */
+            const __m512i v = _mm512_loadu_si512((const void *)(sg + 64 * s));
+            const __m512i s7 = _mm512_and_si512(v, _mm512_set1_epi8(0x7F));
+            const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
+            const __m512i full = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xF8);
+            uint64_t km[8];
+            _mm512_storeu_si512((void *)km, full);
+            /* ls of the 16 rows: OR of the 4 lanes after the shifts, byte r */
+            const __m512i lb = _mm512_srlv_epi16(_mm512_and_si512(v, _mm512_set1_epi8((char)0x80)), lsh);
+            const __m128i ls = _mm_or_si128(_mm_or_si128(_mm512_castsi512_si128(lb), _mm512_extracti32x4_epi32(lb, 1)),
+                                            _mm_or_si128(_mm512_extracti32x4_epi32(lb, 2), _mm512_extracti32x4_epi32(lb, 3)));
+            const __m512i ls32 = _mm512_cvtepu8_epi32(ls);
+            const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(ls32, ls32), _mm512_set1_epi32(1));
+            const __m512i sclo = _mm512_permutexvar_epi32(pair_lo, sc), schi = _mm512_permutexvar_epi32(pair_hi, sc);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i glo = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g))),
+                                                           (const void *)pl_iq2xxs_grid, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g + 8))), (const void *)pl_iq2xxs_grid, 8);
+                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t q;
+                    memcpy(&q, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(q);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_mullo_epi32(alo[c], sclo));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_mullo_epi32(ahi[c], schi));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq2xxsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                               int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq2xxsx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq2xxsx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XXSX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
