@@ -81,3 +81,37 @@ bool pl_cpu_iqx_enabled(void) {
     return false;
 #endif
 }
+
+/* iq2_xs -> PL_PACK_IQ2XSX_X16: qs[g] (9-bit grid index | 7-bit sign index
+ * << 9) and scales[s] of each row, as in the file, reordered by group. */
+void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    const int64_t nb = K / QK_K;
+    uint16_t *dv = (uint16_t *)(out + nb * PL_IQ2XSX_CODES);
+    memset(out, 0, pl_iq2xsx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint16_t *q = (uint16_t *)(out + b * PL_IQ2XSX_CODES);
+        uint8_t *sc = out + b * PL_IQ2XSX_CODES + 1024;
+        for (int r = 0; r < nr; r++) {
+            const block_iq2_xs *x = (const block_iq2_xs *)(src + r * row_bytes) + b;
+            dv[b * PL_KQX_ROWS + r] = x->d;
+            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
+            for (int s = 0; s < 8; s++) sc[16 * s + r] = x->scales[s];
+        }
+    }
+}
+
+void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq2xsx_panel_bytes(K);
+    const uint16_t *dv = (const uint16_t *)(panel + nb * PL_IQ2XSX_CODES);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *q = (const uint16_t *)(panel + b * PL_IQ2XSX_CODES);
+        const uint8_t *sc = panel + b * PL_IQ2XSX_CODES + 1024;
+        block_iq2_xs x;
+        x.d = dv[b * PL_KQX_ROWS + l];
+        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
+        for (int s = 0; s < 8; s++) x.scales[s] = sc[16 * s + l];
+        pl_dequantize_row(PL_IQ2_XS, &x, out + b * QK_K, QK_K);
+    }
+}
