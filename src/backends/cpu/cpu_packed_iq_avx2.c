@@ -32,6 +32,9 @@
 #define PL_IQX_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg")))
 #define PL_IQX_AI static inline __attribute__((always_inline)) PL_IQX_T
 #define PL_IQX_R 4   /* activation rows per tile */
+#ifndef PL_IQX_PF
+#define PL_IQX_PF 4  /* blocks of prefetch distance */
+#endif
 
 PL_IQX_AI __mmask16 pl_iqx_mask(int64_t p, int64_t N) {
     const int64_t left = N - PL_KQX_ROWS * p;
@@ -53,12 +56,14 @@ PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t
     const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
-        _mm_prefetch((const char *)(idx + 8 * PL_IQ2XXSX_CODES), _MM_HINT_T0);
         __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
         PL_UNROLL
         for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
         PL_UNROLL
         for (int s = 0; s < 8; s++) {
+            /* decode streams the panel from memory: every line PL_IQX_PF blocks ahead */
+            _mm_prefetch((const char *)(idx + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
             /* the 64 sign bytes of sub-block s (groups 4s .. 4s+3 x 16 rows) */
             const __m512i v = _mm512_loadu_si512((const void *)(sg + 64 * s));
             const __m512i s7 = _mm512_and_si512(v, _mm512_set1_epi8(0x7F));
@@ -158,12 +163,14 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
     for (int64_t b = 0; b < nb; b++) {
         const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
         const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
-        _mm_prefetch((const char *)q + 8 * PL_IQ2XSX_CODES, _MM_HINT_T0);
         __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
         PL_UNROLL
         for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
         PL_UNROLL
         for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 * s + 32) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
             const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
             const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
             const __m512i s7 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(v01, 9))),
