@@ -6,9 +6,11 @@
  * row and block: 1056 bytes a panel block, the same memory as the file):
  * only the order changes, so the kernels compute with the file's numbers.
  */
+#include <pthread.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
 #include "core/fp16.h"
+#include "quant/ggml_tables.h"
 #include "quant/quant.h"
 
 static inline uint32_t iqx_rd_u32(const uint8_t *b) {
@@ -113,5 +115,50 @@ void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
         for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
         for (int s = 0; s < 8; s++) x.scales[s] = sc[16 * s + l];
         pl_dequantize_row(PL_IQ2_XS, &x, out + b * QK_K, QK_K);
+    }
+}
+
+/* iq1_s -> PL_PACK_IQ1SX_X16: qs[g] and qh[s] of each row, as in the file,
+ * reordered by group / sub-block. */
+uint64_t pl_iqx_iq1s_u[2048];
+static void pl_iqx_iq1s_init(void) {
+    for (int i = 0; i < 2048; i++) {
+        uint64_t e = 0;
+        for (int j = 0; j < 8; j++) e |= (uint64_t)(uint8_t)((int8_t)(pl_iq1s_grid[i] >> (8 * j)) + 1) << (8 * j);
+        pl_iqx_iq1s_u[i] = e;
+    }
+}
+
+void pl_iq1sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pl_iqx_iq1s_init);
+    const int64_t nb = K / QK_K;
+    uint16_t *dv = (uint16_t *)(out + nb * PL_IQ1SX_CODES);
+    memset(out, 0, pl_iq1sx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *q = out + b * PL_IQ1SX_CODES;
+        uint16_t *qh = (uint16_t *)(q + 512);
+        for (int r = 0; r < nr; r++) {
+            const block_iq1_s *x = (const block_iq1_s *)(src + r * row_bytes) + b;
+            dv[b * PL_KQX_ROWS + r] = x->d;
+            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
+            for (int s = 0; s < 8; s++) qh[16 * s + r] = x->qh[s];
+        }
+    }
+}
+
+void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq1sx_panel_bytes(K);
+    const uint16_t *dv = (const uint16_t *)(panel + nb * PL_IQ1SX_CODES);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = panel + b * PL_IQ1SX_CODES;
+        const uint16_t *qh = (const uint16_t *)(q + 512);
+        block_iq1_s x;
+        x.d = dv[b * PL_KQX_ROWS + l];
+        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
+        for (int s = 0; s < 8; s++) x.qh[s] = qh[16 * s + l];
+        pl_dequantize_row(PL_IQ1_S, &x, out + b * QK_K, QK_K);
     }
 }

@@ -254,3 +254,108 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
         }
     }
 }
+
+/* ---- iq1_s (PL_PACK_IQ1SX_X16) ----------------------------------------------------------------
+ * A weight is (g + delta / 8) with g = -1, 0, 1 from the 2048-entry grid (11-bit index: qs | 3 bits
+ * of qh << 8) and delta = +-1 per sub-block. In integers, times 8 as the per-row tile does:
+ *     S = sum (8 g + delta) q8 = 8 D + (delta - 8) B,   D = sum (g + 1) q8 (vpdpbusd, g + 1 =
+ *     0..2 from pl_iqx_iq1s_u),  B = the q8 sum of the sub-block (pl_q8kx.bsum32)
+ * bsum = sum over sub-blocks of (2 s + 1) S, acc += (d * dy) * bsum, result 0.125f * acc: the
+ * per-row tile's (and the generic vec_dot's) integers per block. B enters the even lane of a
+ * row's lane pair only. */
+PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                              __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1SX_CODES;
+        const uint16_t *qh = (const uint16_t *)(q + 512);
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(qh + 16 * s)));
+            const __m512i ls = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 12), _mm512_set1_epi32(7)), 1),
+                                                _mm512_set1_epi32(1));
+            /* delta - 8: -9 where bit 15 is set, else -7 */
+            const __m512i dm8 = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)),
+                                                        _mm512_set1_epi32(-7), _mm512_set1_epi32(-9));
+            const __m512i ls8 = _mm512_slli_epi32(ls, 3), le = _mm512_mullo_epi32(ls, dm8);
+            const __m512i ls8lo = _mm512_permutexvar_epi32(pair_lo, ls8), ls8hi = _mm512_permutexvar_epi32(pair_hi, ls8);
+            const __m512i lelo = _mm512_maskz_permutexvar_epi32(0x5555, pair_lo, le);
+            const __m512i lehi = _mm512_maskz_permutexvar_epi32(0x5555, pair_hi, le);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i hi3 = _mm512_and_si512(_mm512_srli_epi32(h, 3 * l), _mm512_set1_epi32(7));
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(hi3, 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1s_u, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1s_u, 8);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                const __m512i B = _mm512_set1_epi32(y[c][b].bsum32[s]);
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], ls8lo), _mm512_mullo_epi32(B, lelo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[c], ls8hi), _mm512_mullo_epi32(B, lehi)));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq1sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                             int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq1sx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                       size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq1sx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ1SX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
