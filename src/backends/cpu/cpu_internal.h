@@ -199,7 +199,8 @@ _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whol
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
                                 PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16,
-                                PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16 } pl_cpu_pack_kind;
+                                PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16,
+                                PL_PACK_IQ1MX_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -370,6 +371,21 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
 extern uint64_t pl_iqx_iq1s_u[2048];   /* filled by the first pl_iq1sx_pack_panel */
 #if PL_CPU_HAVE_AVX2_BUILD
 void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                              int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq1_m -> PL_PACK_IQ1MX_X16 (the same files): per block of a panel, 896
+ * bytes = 16 x 56 (no growth; the f16 d stays in the scales' top nibbles):
+ *   q[32][16] u8 = qs[g] of row r, qh[16][16] u8 = qh[k] of row r,
+ *   sc[4][16] u16 = the k-th little-endian u16 of scales of row r.
+ * pl_iqx_iq1m_u: 8 (grid + 1) + delta + 1, by index | delta sign << 11. */
+#define PL_IQ1MX_BLOCK 896
+static inline size_t pl_iq1mx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * PL_IQ1MX_BLOCK; }
+void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+extern uint64_t pl_iqx_iq1m_u[4096];   /* filled by the first pl_iq1mx_pack_panel */
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                               int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
 

@@ -162,3 +162,53 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
         pl_dequantize_row(PL_IQ1_S, &x, out + b * QK_K, QK_K);
     }
 }
+
+/* iq1_m -> PL_PACK_IQ1MX_X16: qs[g], qh[k] and the 4 u16 of scales of each
+ * row, as in the file, reordered. pl_iqx_iq1m_u[i | neg << 11]: the 8 codes
+ * 8 (g + 1) + delta + 1 (delta = -1 if neg else +1): 0..18, unsigned. */
+uint64_t pl_iqx_iq1m_u[4096];
+static void pl_iqx_iq1m_init(void) {
+    for (int i = 0; i < 4096; i++) {
+        uint64_t e = 0;
+        for (int j = 0; j < 8; j++) {
+            const int g = (int8_t)(pl_iq1s_grid[i & 2047] >> (8 * j));
+            e |= (uint64_t)(uint8_t)(8 * (g + 1) + (i & 2048 ? -1 : 1) + 1) << (8 * j);
+        }
+        pl_iqx_iq1m_u[i] = e;
+    }
+}
+
+void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pl_iqx_iq1m_init);
+    const int64_t nb = K / QK_K;
+    memset(out, 0, pl_iq1mx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *q = out + b * PL_IQ1MX_BLOCK, *qh = q + 512;
+        uint16_t *sc = (uint16_t *)(q + 768);
+        for (int r = 0; r < nr; r++) {
+            const block_iq1_m *x = (const block_iq1_m *)(src + r * row_bytes) + b;
+            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
+            for (int k = 0; k < 16; k++) qh[16 * k + r] = x->qh[k];
+            for (int k = 0; k < 4; k++) sc[16 * k + r] = (uint16_t)(x->scales[2 * k] | x->scales[2 * k + 1] << 8);
+        }
+    }
+}
+
+void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq1mx_panel_bytes(K);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = panel + b * PL_IQ1MX_BLOCK, *qh = q + 512;
+        const uint16_t *sc = (const uint16_t *)(q + 768);
+        block_iq1_m x;
+        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
+        for (int k = 0; k < 16; k++) x.qh[k] = qh[16 * k + l];
+        for (int k = 0; k < 4; k++) {
+            x.scales[2 * k] = (uint8_t)sc[16 * k + l];
+            x.scales[2 * k + 1] = (uint8_t)(sc[16 * k + l] >> 8);
+        }
+        pl_dequantize_row(PL_IQ1_M, &x, out + b * QK_K, QK_K);
+    }
+}

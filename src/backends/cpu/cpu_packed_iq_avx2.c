@@ -359,3 +359,109 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
         }
     }
 }
+
+/* ---- iq1_m (PL_PACK_IQ1MX_X16) ----------------------------------------------------------------
+ * A weight is (g + delta / 8), delta = +-1 per group of 8, a 3-bit scale per 16 weights. In
+ * integers times 8, shifted to unsigned codes u = 8 (g + 1) + delta + 1 = 0..18 (pl_iqx_iq1m_u,
+ * looked up by the 12-bit index qs | qh nibble << 8, the nibble's bit 3 being the delta sign):
+ *     S16 = sum (8 g + delta) q8 = sum u q8 - 9 B16,  B16 = the q8_K block's bsums[k]
+ * bsum = sum over the 16 units of (2 s + 1) S16, acc += (d * dy) * bsum, result 0.125f * acc;
+ * d is the f16 made of the top nibbles of the 4 scale words. */
+PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *const *y, __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
+        const uint16_t *sc = (const uint16_t *)(q + 768);
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int k = 0; k < 16; k++) {
+            if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
+            const __m512i nib = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
+            const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
+            const __m512i s3 = _mm512_and_si512(_mm512_srli_epi32(sw, 3 * (k % 4)), _mm512_set1_epi32(7));
+            const __m512i ls = _mm512_add_epi32(_mm512_add_epi32(s3, s3), _mm512_set1_epi32(1));
+            const __m512i lslo = _mm512_permutexvar_epi32(pair_lo, ls), lshi = _mm512_permutexvar_epi32(pair_hi, ls);
+            const __m512i le = _mm512_mullo_epi32(ls, _mm512_set1_epi32(-9));
+            const __m512i lelo = _mm512_maskz_permutexvar_epi32(0x5555, pair_lo, le);
+            const __m512i lehi = _mm512_maskz_permutexvar_epi32(0x5555, pair_hi, le);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int g = 2 * k + h;
+                const __m512i n4 = h ? _mm512_srli_epi32(nib, 4) : _mm512_and_si512(nib, _mm512_set1_epi32(15));
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(n4, 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1m_u, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1m_u, 8);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                const __m512i B = _mm512_set1_epi32(y[c][b].b.bsums[k]);
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], lslo), _mm512_mullo_epi32(B, lelo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[c], lshi), _mm512_mullo_epi32(B, lehi)));
+            }
+        }
+        /* d: nibble k of the f16 in the top 4 bits of scale word k */
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
+        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
+        const __m256i dh = _mm256_or_si256(
+            _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
+                            _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
+        const __m512 d16 = _mm512_cvtph_ps(dh);
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq1mx_tile(int64_t nb, const uint8_t *codes, const pl_q8kx *const *y, float *d, int64_t ldd,
+                             __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq1mx_panel(nb, codes, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                       size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq1mx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq1mx_tile(nb, codes, y, d, N, mk, 4); break;
+                case 3: pl_iq1mx_tile(nb, codes, y, d, N, mk, 3); break;
+                case 2: pl_iq1mx_tile(nb, codes, y, d, N, mk, 2); break;
+                default: pl_iq1mx_tile(nb, codes, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
