@@ -200,7 +200,7 @@ typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
                                 PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16,
                                 PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16,
-                                PL_PACK_IQ1MX_X16 } pl_cpu_pack_kind;
+                                PL_PACK_IQ1MX_X16, PL_PACK_IQ2SX_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -386,6 +386,20 @@ void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
 extern uint64_t pl_iqx_iq1m_u[4096];   /* filled by the first pl_iq1mx_pack_panel */
 #if PL_CPU_HAVE_AVX2_BUILD
 void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                              int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq2_s -> PL_PACK_IQ2SX_X16 (the same files): per block of a panel
+ *   codes [nb][1280]: q[32][16] = low index byte of group g, row r;
+ *         sg[32][16] = its 8 sign bits; qh[8][16], sc[8][16] = qh[s] and
+ *         scales[s] of row r;
+ *   d     [nb][16] f16.  1312 bytes a panel block = 16 x 82, no growth. */
+#define PL_IQ2SX_CODES 1280
+static inline size_t pl_iq2sx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2SX_CODES + 32); }
+void pl_iq2sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq2sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                               int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
 

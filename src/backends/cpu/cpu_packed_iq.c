@@ -212,3 +212,47 @@ void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
         pl_dequantize_row(PL_IQ1_M, &x, out + b * QK_K, QK_K);
     }
 }
+
+/* iq2_s -> PL_PACK_IQ2SX_X16: the low index byte, sign byte, qh and scales
+ * byte of each row, as in the file, reordered by group / sub-block. */
+void pl_iq2sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+    const int64_t nb = K / QK_K;
+    uint16_t *dv = (uint16_t *)(out + nb * PL_IQ2SX_CODES);
+    memset(out, 0, pl_iq2sx_panel_bytes(K));
+    for (int64_t b = 0; b < nb; b++) {
+        uint8_t *q = out + b * PL_IQ2SX_CODES, *sg = q + 512, *qh = q + 1024, *sc = q + 1152;
+        for (int r = 0; r < nr; r++) {
+            const block_iq2_s *x = (const block_iq2_s *)(src + r * row_bytes) + b;
+            dv[b * PL_KQX_ROWS + r] = x->d;
+            for (int g = 0; g < 32; g++) {
+                q[16 * g + r] = x->qs[g];
+                sg[16 * g + r] = x->qs[32 + g];
+            }
+            for (int s = 0; s < 8; s++) {
+                qh[16 * s + r] = x->qh[s];
+                sc[16 * s + r] = x->scales[s];
+            }
+        }
+    }
+}
+
+void pl_iq2sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
+    const int64_t nb = K / QK_K;
+    const int l = (int)(r % PL_KQX_ROWS);
+    const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq2sx_panel_bytes(K);
+    const uint16_t *dv = (const uint16_t *)(panel + nb * PL_IQ2SX_CODES);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = panel + b * PL_IQ2SX_CODES, *sg = q + 512, *qh = q + 1024, *sc = q + 1152;
+        block_iq2_s x;
+        x.d = dv[b * PL_KQX_ROWS + l];
+        for (int g = 0; g < 32; g++) {
+            x.qs[g] = q[16 * g + l];
+            x.qs[32 + g] = sg[16 * g + l];
+        }
+        for (int s = 0; s < 8; s++) {
+            x.qh[s] = qh[16 * s + l];
+            x.scales[s] = sc[16 * s + l];
+        }
+        pl_dequantize_row(PL_IQ2_S, &x, out + b * QK_K, QK_K);
+    }
+}

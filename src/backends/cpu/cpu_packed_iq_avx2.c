@@ -465,3 +465,100 @@ PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
         }
     }
 }
+
+/* ---- iq2_s (PL_PACK_IQ2SX_X16): as iq2_xs, with a 10-bit index (qh bits) and stored sign bytes */
+PL_IQX_AI void pl_iq2sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                               __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ2SX_CODES, *sgb = q + 512, *qhb = q + 1024, *scb = q + 1152;
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sgb + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(qhb + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            /* the sign bytes of a group's 8 rows are its mask as they stand */
+            const uint64_t *km = (const uint64_t *)(sgb + 64 * s);
+            const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qhb + 16 * s)));
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
+            const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
+            const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
+            const __m512i m1 = _mm512_add_epi32(_mm512_add_epi32(s1, s1), _mm512_set1_epi32(1));
+            const __m512i m0lo = _mm512_permutexvar_epi32(pair_lo, m0), m0hi = _mm512_permutexvar_epi32(pair_hi, m0);
+            const __m512i m1lo = _mm512_permutexvar_epi32(pair_lo, m1), m1hi = _mm512_permutexvar_epi32(pair_hi, m1);
+            __m512i alo[2][PL_IQX_R], ahi[2][PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[0][c] = ahi[0][c] = alo[1][c] = ahi[1][c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * l), _mm512_set1_epi32(3)), 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iq2s_grid, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iq2s_grid, 8);
+                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[l >> 1][c] = _mm512_dpbusd_epi32(alo[l >> 1][c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
+                    ahi[l >> 1][c] = _mm512_dpbusd_epi32(ahi[l >> 1][c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[0][c], m0lo), _mm512_mullo_epi32(alo[1][c], m1lo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[0][c], m0hi), _mm512_mullo_epi32(ahi[1][c], m1hi)));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq2sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                              int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq2sx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                        size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq2sx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2SX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+

@@ -71,6 +71,7 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_IQ2_XS: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2XSX_X16 : PL_PACK_NONE;
         case PL_IQ1_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1SX_X16 : PL_PACK_NONE;
         case PL_IQ1_M: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1MX_X16 : PL_PACK_NONE;
+        case PL_IQ2_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2SX_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -90,6 +91,7 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_IQ2XSX_X16: return (size_t)pl_kqx_panels(N) * pl_iq2xsx_panel_bytes(K);
         case PL_PACK_IQ1SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1sx_panel_bytes(K);
         case PL_PACK_IQ1MX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1mx_panel_bytes(K);
+        case PL_PACK_IQ2SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq2sx_panel_bytes(K);
         default: return 0;
     }
 }
@@ -320,6 +322,7 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_IQ2XSX_X16: pl_iq2xsx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             case PL_PACK_IQ1SX_X16: pl_iq1sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             case PL_PACK_IQ1MX_X16: pl_iq1mx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ2SX_X16: pl_iq2sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
@@ -542,6 +545,7 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
         case PL_PACK_IQ2XSX_X16: pl_iq2xsx_get_row(pk->data, K, r, out); break;
         case PL_PACK_IQ1SX_X16: pl_iq1sx_get_row(pk->data, K, r, out); break;
         case PL_PACK_IQ1MX_X16: pl_iq1mx_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ2SX_X16: pl_iq2sx_get_row(pk->data, K, r, out); break;
         case PL_PACK_F16_X16: {
             const uint16_t *w = (const uint16_t *)pk->data + (size_t)(r / PL_F16X_GROUP) * (size_t)K * PL_F16X_GROUP +
                                 r % PL_F16X_GROUP;
