@@ -340,7 +340,7 @@ void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1,
 static inline size_t pl_iq2xxsx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2XXSX_CODES + 32); }
 void pl_iq2xxsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
 void pl_iq2xxsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
-bool pl_cpu_iqx_enabled(void);   /* AVX-512 BITALG there and not PL_CPU_IQX=0 */
+bool pl_cpu_iqx_enabled(void);   /* AVX-512 BITALG + VBMI there and not PL_CPU_IQX=0 */
 #if PL_CPU_HAVE_AVX2_BUILD
 void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                                 int64_t c0, int64_t c1, float *dst, int64_t N);

@@ -73,11 +73,13 @@ void pl_iq2xxsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
 
 /* PL_CPU_IQX=0 leaves the IQ weights unprepared (the AVX-512 tiles of
  * cpu_matmul_iq_avx2.c run on the file's blocks: before/after runs). The
- * kernels also need AVX-512 BITALG (vpopcntb for the sign parity). */
+ * kernels also need AVX-512 BITALG (vpopcntb for the sign parity) and VBMI
+ * (vpermt2b). */
 bool pl_cpu_iqx_enabled(void) {
 #if PL_CPU_HAVE_AVX2_BUILD && defined(__GNUC__)
     static int cached = -1;
-    if (cached < 0) cached = __builtin_cpu_supports("avx512bitalg") && pl_cpu_switch("PL_CPU_IQX");
+    if (cached < 0)
+        cached = __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("avx512vbmi") && pl_cpu_switch("PL_CPU_IQX");
     return cached;
 #else
     return false;

@@ -21,7 +21,7 @@
  * load, and one vpdpbusd replaces maddubs + madd.
  *
  * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
- * attribute and run only after pl_cpu_has_vnni512() && pl_cpu_iqx_enabled().
+ * attribute and run only after pl_cpu_has_vnni512() && pl_cpu_iqx_enabled() (BITALG, VBMI).
  */
 #include <immintrin.h>
 #include <string.h>
@@ -29,7 +29,7 @@
 #include "backends/cpu/cpu_simd_avx2.h"
 #include "quant/ggml_tables.h"
 
-#define PL_IQX_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg")))
+#define PL_IQX_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi")))
 #define PL_IQX_AI static inline __attribute__((always_inline)) PL_IQX_T
 #define PL_IQX_R 4   /* activation rows per tile */
 #ifndef PL_IQX_PF
@@ -154,6 +154,11 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
  * get their parity bit, the scales come per 16 weights (groups 4s, 4s+1: low nibble, 4s+2, 4s+3:
  * high nibble), so each half of a sub-block has its own sum and multiplier. Generic order:
  * bsum = sum of sumi * (2 s + 1), sumf += (d * dy) * bsum, result 0.125f * sumf. */
+static const uint8_t pl_iqx_odd_bytes[64] = {
+    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+    45, 47, 49, 51, 53, 55, 57, 59, 61, 63, 65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87,
+    89, 91, 93, 95, 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+
 PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
                                __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
@@ -173,8 +178,9 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
             if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
             const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
             const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
-            const __m512i s7 = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(v01, 9))),
-                                                  _mm512_cvtepi16_epi8(_mm512_srli_epi16(v23, 9)), 1);
+            /* the high bytes of the 64 u16 (one vpermt2b), >> 1: the 7-bit sign indices */
+            const __m512i hi8 = _mm512_permutex2var_epi8(v01, _mm512_loadu_si512((const void *)pl_iqx_odd_bytes), v23);
+            const __m512i s7 = _mm512_and_si512(_mm512_srli_epi16(hi8, 1), _mm512_set1_epi8(0x7F));
             const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
             const __m512i full = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xF8);
             uint64_t km[8];
