@@ -719,6 +719,16 @@ int main(void) {
     test_prepared_matmul(PL_TQ2_0, 768, 40);   /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_TQ1_0, 512, 48);
     test_prepared_matmul(PL_TQ1_0, 1280, 136); /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_IQ2_XXS, 1024, 64);
+    test_prepared_matmul(PL_IQ2_XXS, 768, 40);  /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_IQ2_XS, 1024, 64);
+    test_prepared_matmul(PL_IQ2_XS, 1280, 136);  /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_IQ1_S, 1024, 64);
+    test_prepared_matmul(PL_IQ1_S, 768, 40);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_IQ1_M, 1024, 64);
+    test_prepared_matmul(PL_IQ1_M, 1280, 136);  /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_IQ2_S, 1024, 64);
+    test_prepared_matmul(PL_IQ2_S, 768, 40);    /* an odd block count, a padded last panel */
     /* qwen3moe experts: the types Q4_K_M gives them (q4_K gate/up, q6_K down
      * or its q5_0 / q8_0 fallbacks for 128-wide rows) and f16 */
     test_prepared_matmul_id(PL_Q4_K, 256, 128, 8, 2);
@@ -738,6 +748,11 @@ int main(void) {
         test_fusion(PL_Q3_K, M, 136);
         test_fusion(PL_TQ2_0, M, 256);
         test_fusion(PL_TQ1_0, M, 136);
+        test_fusion(PL_IQ2_XXS, M, 136);
+        test_fusion(PL_IQ2_XS, M, 256);
+        test_fusion(PL_IQ1_S, M, 136);
+        test_fusion(PL_IQ1_M, M, 256);
+        test_fusion(PL_IQ2_S, M, 136);
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37, 0);

@@ -198,7 +198,9 @@ _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whol
 
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
-                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16 } pl_cpu_pack_kind;
+                                PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16,
+                                PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16,
+                                PL_PACK_IQ1MX_X16, PL_PACK_IQ2SX_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -322,6 +324,83 @@ void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                             int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq2_xxs -> PL_PACK_IQ2XXS_X16 (cpu_packed_iq.c packs, cpu_packed_iq_avx2.c
+ * computes): 16 rows per panel, the file's bits reordered (1056 bytes a panel
+ * block = 16 x 66, no growth). A panel of a K-column weight, nb = K / 256:
+ *   codes [nb][1024]: idx[32][16] then sg[32][16]; for group g (elements
+ *         8g .. 8g+7) and row r: idx = the grid index, sg bits 0-6 = the
+ *         7-bit sign index, bit 7 = bit (g % 4) of the 4-bit scale of
+ *         sub-block g / 4 (the 16 bytes of a group are 16 rows: one gather
+ *         of 8 grid entries per 8 rows, the 8 sign bytes one 64-bit mask);
+ *   d     [nb][16] f16, per row.
+ * Activations: pl_q8kx (only its q8_K block is read). */
+#define PL_IQ2XXSX_CODES 1024
+static inline size_t pl_iq2xxsx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2XXSX_CODES + 32); }
+void pl_iq2xxsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq2xxsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+bool pl_cpu_iqx_enabled(void);   /* AVX-512 BITALG + VBMI there and not PL_CPU_IQX=0 */
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                                int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq2_xs -> PL_PACK_IQ2XSX_X16 (the same files): per block of a panel
+ *   codes [nb][1152]: q[32][16] u16 = qs[g] of row r (9-bit grid index |
+ *         7-bit sign index << 9), then sc[8][16] u8 = scales[s] of row r;
+ *   d     [nb][16] f16.  1184 bytes a panel block = 16 x 74, no growth. */
+#define PL_IQ2XSX_CODES 1152
+static inline size_t pl_iq2xsx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2XSX_CODES + 32); }
+void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                               int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq1_s -> PL_PACK_IQ1SX_X16 (the same files): per block of a panel
+ *   codes [nb][768]: q[32][16] u8 = qs[g] of row r, then qh[8][16] u16 =
+ *         qh[s] of row r (index bits 8-10 of its 4 groups, scale, delta sign);
+ *   d     [nb][16] f16.  800 bytes a panel block = 16 x 50, no growth.
+ * pl_iqx_iq1s_u: the 2048 grid entries + 1 (bytes 0..2, for vpdpbusd). */
+#define PL_IQ1SX_CODES 768
+static inline size_t pl_iq1sx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ1SX_CODES + 32); }
+void pl_iq1sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+extern uint64_t pl_iqx_iq1s_u[2048];   /* filled by the first pl_iq1sx_pack_panel */
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                              int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq1_m -> PL_PACK_IQ1MX_X16 (the same files): per block of a panel, 896
+ * bytes = 16 x 56 (no growth; the f16 d stays in the scales' top nibbles):
+ *   q[32][16] u8 = qs[g] of row r, qh[16][16] u8 = qh[k] of row r,
+ *   sc[4][16] u16 = the k-th little-endian u16 of scales of row r.
+ * pl_iqx_iq1m_u: 8 (grid + 1) + delta + 1, by index | delta sign << 11. */
+#define PL_IQ1MX_BLOCK 896
+static inline size_t pl_iq1mx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * PL_IQ1MX_BLOCK; }
+void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+extern uint64_t pl_iqx_iq1m_u[4096];   /* filled by the first pl_iq1mx_pack_panel */
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                              int64_t c0, int64_t c1, float *dst, int64_t N);
+#endif
+
+/* iq2_s -> PL_PACK_IQ2SX_X16 (the same files): per block of a panel
+ *   codes [nb][1280]: q[32][16] = low index byte of group g, row r;
+ *         sg[32][16] = its 8 sign bits; qh[8][16], sc[8][16] = qh[s] and
+ *         scales[s] of row r;
+ *   d     [nb][16] f16.  1312 bytes a panel block = 16 x 82, no growth. */
+#define PL_IQ2SX_CODES 1280
+static inline size_t pl_iq2sx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2SX_CODES + 32); }
+void pl_iq2sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
+void pl_iq2sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
+#if PL_CPU_HAVE_AVX2_BUILD
+void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                              int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
 
 /* ---- op entry points (one per table entry family) ----------------------------*/

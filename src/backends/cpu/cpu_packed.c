@@ -103,6 +103,21 @@ static void pl_pk_run(const pl_pk_job *j, const pl_pk_mat *mt, int64_t p0, int64
         case PL_PACK_TQ1_X16:
             pl_cpu_gemm_tq1x16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;
+        case PL_PACK_IQ2XXS_X16:
+            pl_cpu_gemm_iq2xxsx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_IQ2XSX_X16:
+            pl_cpu_gemm_iq2xsx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_IQ1SX_X16:
+            pl_cpu_gemm_iq1sx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_IQ1MX_X16:
+            pl_cpu_gemm_iq1mx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_IQ2SX_X16:
+            pl_cpu_gemm_iq2sx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
         case PL_PACK_F16_X16:
             pl_cpu_gemm_f16x16_vnni(j->K, pk->data, p0, p1, (const float *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;

@@ -67,6 +67,11 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_Q3_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q3K_X16 : PL_PACK_NONE;
         case PL_TQ1_0: return K % QK_K == 0 && N % 8 == 0 ? (pl_cpu_tq1_compact() ? PL_PACK_TQ1_X16 : PL_PACK_TQ_X16) : PL_PACK_NONE;
         case PL_TQ2_0: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_TQ_X16 : PL_PACK_NONE;
+        case PL_IQ2_XXS: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2XXS_X16 : PL_PACK_NONE;
+        case PL_IQ2_XS: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2XSX_X16 : PL_PACK_NONE;
+        case PL_IQ1_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1SX_X16 : PL_PACK_NONE;
+        case PL_IQ1_M: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1MX_X16 : PL_PACK_NONE;
+        case PL_IQ2_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2SX_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -82,6 +87,11 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_Q3K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q3kx16);
         case PL_PACK_TQ_X16: return (size_t)pl_kqx_panels(N) * pl_tqx_panel_bytes(K);
         case PL_PACK_TQ1_X16: return (size_t)pl_kqx_panels(N) * pl_tq1x_panel_bytes(K);
+        case PL_PACK_IQ2XXS_X16: return (size_t)pl_kqx_panels(N) * pl_iq2xxsx_panel_bytes(K);
+        case PL_PACK_IQ2XSX_X16: return (size_t)pl_kqx_panels(N) * pl_iq2xsx_panel_bytes(K);
+        case PL_PACK_IQ1SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1sx_panel_bytes(K);
+        case PL_PACK_IQ1MX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1mx_panel_bytes(K);
+        case PL_PACK_IQ2SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq2sx_panel_bytes(K);
         default: return 0;
     }
 }
@@ -308,6 +318,11 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_Q3K_X16: pl_pack_q3k_panel(src, w->nb[1], K / QK_K, nr, (pl_q3kx16 *)dst); break;
             case PL_PACK_TQ_X16: pl_tqx_pack_panel(w->dtype, src, w->nb[1], K, nr, (uint8_t *)dst); break;
             case PL_PACK_TQ1_X16: pl_tq1x_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ2XXS_X16: pl_iq2xxsx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ2XSX_X16: pl_iq2xsx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ1SX_X16: pl_iq1sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ1MX_X16: pl_iq1mx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_IQ2SX_X16: pl_iq2sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
@@ -526,6 +541,11 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
         }
         case PL_PACK_TQ_X16: pl_tqx_get_row(pk->data, K, r, out); break;
         case PL_PACK_TQ1_X16: pl_tq1x_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ2XXS_X16: pl_iq2xxsx_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ2XSX_X16: pl_iq2xsx_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ1SX_X16: pl_iq1sx_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ1MX_X16: pl_iq1mx_get_row(pk->data, K, r, out); break;
+        case PL_PACK_IQ2SX_X16: pl_iq2sx_get_row(pk->data, K, r, out); break;
         case PL_PACK_F16_X16: {
             const uint16_t *w = (const uint16_t *)pk->data + (size_t)(r / PL_F16X_GROUP) * (size_t)K * PL_F16X_GROUP +
                                 r % PL_F16X_GROUP;

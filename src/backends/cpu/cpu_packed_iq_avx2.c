@@ -1,0 +1,570 @@
+/* Prepared-weight kernel for iq2_xxs (layout PL_PACK_IQ2XXS_X16 in
+ * cpu_internal.h, packed by cpu_packed_iq.c): 16 rows per panel, decoded
+ * once per panel block for all 16 rows and every activation row of a tile.
+ *
+ * A group g (8 weights) of 8 rows is one zmm of 8 grid entries (one gather
+ * by the 8 index bytes: qword lane r = row r's 8 |weights|). Its signs are
+ * one 64-bit mask (bit 8r + j = weight j of row r): the 8 sign bytes of
+ * those rows, each the 7 stored bits and their parity as 8th bit (llama.cpp's
+ * ksigns table). The sign goes onto the activation: the 8 q8 codes of the
+ * group broadcast to every lane, negated under the mask, then vpdpbusd
+ * (unsigned |w| x signed q8) -> lanes 2r, 2r + 1 of row r. The 4 groups of a
+ * sub-block are summed in the lanes, times the sub-block's 2 ls + 1 (vpmulld),
+ * and the sub-blocks summed: all exact integers. Per block and row then one
+ * float step, the reference's (ggml_vec_dot_iq2_xxs_q8_K, generic):
+ *     sumf += (d * dy) * (float)bsum,  result 0.125f * sumf
+ * so batched == alone bit for bit, whatever the tile.
+ *
+ * Against the per-row AVX-512 tile (cpu_matmul_iq_avx2.c) on the same CPU:
+ * the same gathers per weight, but the sign expansion, the scales and the
+ * float step serve 16 rows at a time, the activation group is one broadcast
+ * load, and one vpdpbusd replaces maddubs + madd.
+ *
+ * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
+ * attribute and run only after pl_cpu_has_vnni512() && pl_cpu_iqx_enabled() (BITALG, VBMI).
+ */
+#include <immintrin.h>
+#include <string.h>
+#include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_simd_avx2.h"
+#include "quant/ggml_tables.h"
+
+#define PL_IQX_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi")))
+#define PL_IQX_AI static inline __attribute__((always_inline)) PL_IQX_T
+#define PL_IQX_R 4   /* activation rows per tile */
+#ifndef PL_IQX_PF
+#define PL_IQX_PF 4  /* blocks of prefetch distance */
+#endif
+
+PL_IQX_AI __mmask16 pl_iqx_mask(int64_t p, int64_t N) {
+    const int64_t left = N - PL_KQX_ROWS * p;
+    return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+}
+
+static const uint16_t pl_iqx_lsh[32] = {7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6,
+                                         5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4};
+
+/* One panel, R activation rows: acc[c] += the 16 rows' block terms. */
+PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                                __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    /* the scale bit of group l of a sub-block sits in bit 7 of the bytes of 128-bit lane l:
+     * shifting its words right by 7 - l brings it to bit l of the same byte */
+    const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            /* decode streams the panel from memory: every line PL_IQX_PF blocks ahead */
+            _mm_prefetch((const char *)(idx + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            /* the 64 sign bytes of sub-block s (groups 4s .. 4s+3 x 16 rows) */
+            const __m512i v = _mm512_loadu_si512((const void *)(sg + 64 * s));
+            const __m512i s7 = _mm512_and_si512(v, _mm512_set1_epi8(0x7F));
+            const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
+            const __m512i full = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xF8);
+            uint64_t km[8];
+            _mm512_storeu_si512((void *)km, full);
+            /* ls of the 16 rows: OR of the 4 lanes after the shifts, byte r */
+            const __m512i lb = _mm512_srlv_epi16(_mm512_and_si512(v, _mm512_set1_epi8((char)0x80)), lsh);
+            const __m128i ls = _mm_or_si128(_mm_or_si128(_mm512_castsi512_si128(lb), _mm512_extracti32x4_epi32(lb, 1)),
+                                            _mm_or_si128(_mm512_extracti32x4_epi32(lb, 2), _mm512_extracti32x4_epi32(lb, 3)));
+            const __m512i ls32 = _mm512_cvtepu8_epi32(ls);
+            const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(ls32, ls32), _mm512_set1_epi32(1));
+            const __m512i sclo = _mm512_permutexvar_epi32(pair_lo, sc), schi = _mm512_permutexvar_epi32(pair_hi, sc);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i glo = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g))),
+                                                           (const void *)pl_iq2xxs_grid, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(
+                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g + 8))), (const void *)pl_iq2xxs_grid, 8);
+                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t q;
+                    memcpy(&q, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(q);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_mullo_epi32(alo[c], sclo));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_mullo_epi32(ahi[c], schi));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq2xxsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                               int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq2xxsx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq2xxsx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XXSX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- iq2_xs (PL_PACK_IQ2XSX_X16) --------------------------------------------------------------
+ * The same scheme as iq2_xxs: a group of 8 rows is one gather (9-bit indices into the 512-entry
+ * grid), the 7-bit sign indices of a sub-block's 64 (group, row) pairs are narrowed to bytes and
+ * get their parity bit, the scales come per 16 weights (groups 4s, 4s+1: low nibble, 4s+2, 4s+3:
+ * high nibble), so each half of a sub-block has its own sum and multiplier. Generic order:
+ * bsum = sum of sumi * (2 s + 1), sumf += (d * dy) * bsum, result 0.125f * sumf. */
+static const uint8_t pl_iqx_odd_bytes[64] = {
+    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+    45, 47, 49, 51, 53, 55, 57, 59, 61, 63, 65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87,
+    89, 91, 93, 95, 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+
+PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                               __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
+        const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 * s + 32) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
+            const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
+            /* the high bytes of the 64 u16 (one vpermt2b), >> 1: the 7-bit sign indices */
+            const __m512i hi8 = _mm512_permutex2var_epi8(v01, _mm512_loadu_si512((const void *)pl_iqx_odd_bytes), v23);
+            const __m512i s7 = _mm512_and_si512(_mm512_srli_epi16(hi8, 1), _mm512_set1_epi8(0x7F));
+            const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
+            const __m512i full = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xF8);
+            uint64_t km[8];
+            _mm512_storeu_si512((void *)km, full);
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
+            const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
+            const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
+            const __m512i m1 = _mm512_add_epi32(_mm512_add_epi32(s1, s1), _mm512_set1_epi32(1));
+            const __m512i m0lo = _mm512_permutexvar_epi32(pair_lo, m0), m0hi = _mm512_permutexvar_epi32(pair_hi, m0);
+            const __m512i m1lo = _mm512_permutexvar_epi32(pair_lo, m1), m1hi = _mm512_permutexvar_epi32(pair_hi, m1);
+            __m512i alo[2][PL_IQX_R], ahi[2][PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[0][c] = ahi[0][c] = alo[1][c] = ahi[1][c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i ix = _mm512_and_si512(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(q + 16 * g))),
+                                                    _mm512_set1_epi32(511));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iq2xs_grid, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iq2xs_grid, 8);
+                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[l >> 1][c] = _mm512_dpbusd_epi32(alo[l >> 1][c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
+                    ahi[l >> 1][c] = _mm512_dpbusd_epi32(ahi[l >> 1][c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[0][c], m0lo), _mm512_mullo_epi32(alo[1][c], m1lo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[0][c], m0hi), _mm512_mullo_epi32(ahi[1][c], m1hi)));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq2xsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                              int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq2xsx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                        size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq2xsx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XSX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- iq1_s (PL_PACK_IQ1SX_X16) ----------------------------------------------------------------
+ * A weight is (g + delta / 8) with g = -1, 0, 1 from the 2048-entry grid (11-bit index: qs | 3 bits
+ * of qh << 8) and delta = +-1 per sub-block. In integers, times 8 as the per-row tile does:
+ *     S = sum (8 g + delta) q8 = 8 D + (delta - 8) B,   D = sum (g + 1) q8 (vpdpbusd, g + 1 =
+ *     0..2 from pl_iqx_iq1s_u),  B = the q8 sum of the sub-block (pl_q8kx.bsum32)
+ * bsum = sum over sub-blocks of (2 s + 1) S, acc += (d * dy) * bsum, result 0.125f * acc: the
+ * per-row tile's (and the generic vec_dot's) integers per block. B enters the even lane of a
+ * row's lane pair only. */
+PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                              __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1SX_CODES;
+        const uint16_t *qh = (const uint16_t *)(q + 512);
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(qh + 16 * s)));
+            const __m512i ls = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 12), _mm512_set1_epi32(7)), 1),
+                                                _mm512_set1_epi32(1));
+            /* delta - 8: -9 where bit 15 is set, else -7 */
+            const __m512i dm8 = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)),
+                                                        _mm512_set1_epi32(-7), _mm512_set1_epi32(-9));
+            const __m512i ls8 = _mm512_slli_epi32(ls, 3), le = _mm512_mullo_epi32(ls, dm8);
+            const __m512i ls8lo = _mm512_permutexvar_epi32(pair_lo, ls8), ls8hi = _mm512_permutexvar_epi32(pair_hi, ls8);
+            const __m512i lelo = _mm512_maskz_permutexvar_epi32(0x5555, pair_lo, le);
+            const __m512i lehi = _mm512_maskz_permutexvar_epi32(0x5555, pair_hi, le);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i hi3 = _mm512_and_si512(_mm512_srli_epi32(h, 3 * l), _mm512_set1_epi32(7));
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(hi3, 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1s_u, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1s_u, 8);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                const __m512i B = _mm512_set1_epi32(y[c][b].bsum32[s]);
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], ls8lo), _mm512_mullo_epi32(B, lelo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[c], ls8hi), _mm512_mullo_epi32(B, lehi)));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq1sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                             int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq1sx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                       size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq1sx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ1SX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- iq1_m (PL_PACK_IQ1MX_X16) ----------------------------------------------------------------
+ * A weight is (g + delta / 8), delta = +-1 per group of 8, a 3-bit scale per 16 weights. In
+ * integers times 8, shifted to unsigned codes u = 8 (g + 1) + delta + 1 = 0..18 (pl_iqx_iq1m_u,
+ * looked up by the 12-bit index qs | qh nibble << 8, the nibble's bit 3 being the delta sign):
+ *     S16 = sum (8 g + delta) q8 = sum u q8 - 9 B16,  B16 = the q8_K block's bsums[k]
+ * bsum = sum over the 16 units of (2 s + 1) S16, acc += (d * dy) * bsum, result 0.125f * acc;
+ * d is the f16 made of the top nibbles of the 4 scale words. */
+PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *const *y, __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
+        const uint16_t *sc = (const uint16_t *)(q + 768);
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int k = 0; k < 16; k++) {
+            if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
+            const __m512i nib = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
+            const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
+            const __m512i s3 = _mm512_and_si512(_mm512_srli_epi32(sw, 3 * (k % 4)), _mm512_set1_epi32(7));
+            const __m512i ls = _mm512_add_epi32(_mm512_add_epi32(s3, s3), _mm512_set1_epi32(1));
+            const __m512i lslo = _mm512_permutexvar_epi32(pair_lo, ls), lshi = _mm512_permutexvar_epi32(pair_hi, ls);
+            const __m512i le = _mm512_mullo_epi32(ls, _mm512_set1_epi32(-9));
+            const __m512i lelo = _mm512_maskz_permutexvar_epi32(0x5555, pair_lo, le);
+            const __m512i lehi = _mm512_maskz_permutexvar_epi32(0x5555, pair_hi, le);
+            __m512i alo[PL_IQX_R], ahi[PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[c] = ahi[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const int g = 2 * k + h;
+                const __m512i n4 = h ? _mm512_srli_epi32(nib, 4) : _mm512_and_si512(nib, _mm512_set1_epi32(15));
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(n4, 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1m_u, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1m_u, 8);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
+                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                const __m512i B = _mm512_set1_epi32(y[c][b].b.bsums[k]);
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[c], lslo), _mm512_mullo_epi32(B, lelo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[c], lshi), _mm512_mullo_epi32(B, lehi)));
+            }
+        }
+        /* d: nibble k of the f16 in the top 4 bits of scale word k */
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
+        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
+        const __m256i dh = _mm256_or_si256(
+            _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
+                            _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
+        const __m512 d16 = _mm512_cvtph_ps(dh);
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq1mx_tile(int64_t nb, const uint8_t *codes, const pl_q8kx *const *y, float *d, int64_t ldd,
+                             __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq1mx_panel(nb, codes, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                       size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq1mx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq1mx_tile(nb, codes, y, d, N, mk, 4); break;
+                case 3: pl_iq1mx_tile(nb, codes, y, d, N, mk, 3); break;
+                case 2: pl_iq1mx_tile(nb, codes, y, d, N, mk, 2); break;
+                default: pl_iq1mx_tile(nb, codes, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- iq2_s (PL_PACK_IQ2SX_X16): as iq2_xs, with a 10-bit index (qh bits) and stored sign bytes */
+PL_IQX_AI void pl_iq2sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
+                               __m512 *accf, const int R) {
+    const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ2SX_CODES, *sgb = q + 512, *qhb = q + 1024, *scb = q + 1152;
+        __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(sgb + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(qhb + 64 * s) + PL_IQX_PF * PL_IQ2SX_CODES, _MM_HINT_T0);
+            /* the sign bytes of a group's 8 rows are its mask as they stand */
+            const uint64_t *km = (const uint64_t *)(sgb + 64 * s);
+            const __m512i hb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qhb + 16 * s)));
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
+            const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
+            const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
+            const __m512i m1 = _mm512_add_epi32(_mm512_add_epi32(s1, s1), _mm512_set1_epi32(1));
+            const __m512i m0lo = _mm512_permutexvar_epi32(pair_lo, m0), m0hi = _mm512_permutexvar_epi32(pair_hi, m0);
+            const __m512i m1lo = _mm512_permutexvar_epi32(pair_lo, m1), m1hi = _mm512_permutexvar_epi32(pair_hi, m1);
+            __m512i alo[2][PL_IQX_R], ahi[2][PL_IQX_R];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) alo[0][c] = ahi[0][c] = alo[1][c] = ahi[1][c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const int g = 4 * s + l;
+                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
+                                                   _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * l), _mm512_set1_epi32(3)), 8));
+                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iq2s_grid, 8);
+                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iq2s_grid, 8);
+                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    int64_t qa;
+                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
+                    const __m512i a = _mm512_set1_epi64(qa);
+                    alo[l >> 1][c] = _mm512_dpbusd_epi32(alo[l >> 1][c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
+                    ahi[l >> 1][c] = _mm512_dpbusd_epi32(ahi[l >> 1][c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
+                }
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                blo[c] = _mm512_add_epi32(blo[c], _mm512_add_epi32(_mm512_mullo_epi32(alo[0][c], m0lo), _mm512_mullo_epi32(alo[1][c], m1lo)));
+                bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[0][c], m0hi), _mm512_mullo_epi32(ahi[1][c], m1hi)));
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+        }
+    }
+}
+
+PL_IQX_AI void pl_iq2sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y, float *d,
+                              int64_t ldd, __mmask16 mk, const int R) {
+    __m512 accf[PL_IQX_R];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    pl_iq2sx_panel(nb, codes, dv, y, accf, R);
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
+}
+
+PL_IQX_T void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                        size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_iq2sx_panel_bytes(K);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2SX_CODES);
+        const __mmask16 mk = pl_iqx_mask(p, N);
+        for (int64_t c = c0; c < c1; c += PL_IQX_R) {
+            const pl_q8kx *y[PL_IQX_R];
+            const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 4); break;
+                case 3: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 3); break;
+                case 2: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 2); break;
+                default: pl_iq2sx_tile(nb, codes, dv, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
