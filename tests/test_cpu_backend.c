@@ -711,6 +711,10 @@ int main(void) {
     test_prepared_matmul(PL_Q4_0, 96, 136);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_0, 768, 48);
     test_prepared_matmul(PL_Q5_0, 224, 40);
+    test_prepared_matmul(PL_Q4_1, 512, 64);
+    test_prepared_matmul(PL_Q4_1, 96, 136);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q5_1, 768, 48);
+    test_prepared_matmul(PL_Q5_1, 224, 40);
     test_prepared_matmul(PL_Q2_K, 512, 64);
     test_prepared_matmul(PL_Q2_K, 768, 136);   /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q3_K, 1024, 48);
@@ -725,6 +729,7 @@ int main(void) {
     test_prepared_matmul_id(PL_Q6_K, 512, 72, 6, 3);   /* a padded last panel */
     test_prepared_matmul_id(PL_F16, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q5_0, 128, 256, 8, 2);
+    test_prepared_matmul_id(PL_Q4_1, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q8_0, 128, 256, 8, 2);  /* no prepared layout: the plain kernels */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
@@ -734,6 +739,8 @@ int main(void) {
         test_fusion(PL_Q6_K, M, 136);
         test_fusion(PL_Q4_0, M, 256);
         test_fusion(PL_Q5_0, M, 136);
+        test_fusion(PL_Q4_1, M, 256);
+        test_fusion(PL_Q5_1, M, 136);
         test_fusion(PL_Q2_K, M, 256);
         test_fusion(PL_Q3_K, M, 136);
         test_fusion(PL_TQ2_0, M, 256);

@@ -1,5 +1,5 @@
 /* Prepared-weight kernels for q4_0 and q5_0 (the legacy types real files
- * use most; q4_1 / q5_1 keep the tiles of cpu_matmul_legacy_avx2.c), in the
+ * use most) and, at the end of the file, q4_1 / q5_1, in the
  * manner of the k-quant ones of cpu_packed_avx2.c: 16 rows per panel, one
  * 32-bit lane per row, vpdpbusd of 4 unsigned codes (a "chunk") against the
  * 4 activation bytes broadcast. Layouts: cpu_internal.h (pl_q40x16,
@@ -15,6 +15,7 @@
 #include <immintrin.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_matmul_legacy.h"
 #include "backends/cpu/cpu_simd_avx2.h"
 #include "core/fp16.h"
 
@@ -144,3 +145,103 @@ PL_VNNI_AI void pl_legacy_panel(int64_t nb, const void *xv, const pl_q80x *const
 
 PL_LEGACY_GEMM(pl_cpu_gemm_q40x16_vnni, pl_q40x16, 0)
 PL_LEGACY_GEMM(pl_cpu_gemm_q50x16_vnni, pl_q50x16, 1)
+
+/* ---- q4_1 / q5_1 (pl_q41x16, pl_q51x16) ---------------------------------------
+ * Unsigned codes against q8_1 activations, per block of 32 and row:
+ *     acc  += (float)sum(q * q8) * (dx * dy)
+ *     accm += mx * sy                      (sy = the q8_1 block's s)
+ * and acc + accm at the end: ggml_vec_dot_q4_1_q8_1's terms, its summs kept
+ * apart as it keeps them (the order of the float additions differs). */
+
+void pl_cpu_q81x_quantize_avx2(const float *x, pl_q81x *y, int64_t K) {
+    for (int64_t i = 0; i < K / QK8_1; i++) {
+        block_q8_1 b;
+        pl_cpu_quantize_q8_1_avx2(x + QK8_1 * i, &b, QK8_1);
+        y[i].d = pl_f16_to_f32(b.d);
+        y[i].s = pl_f16_to_f32(b.s);
+        memcpy(y[i].qs, b.qs, QK8_1);
+    }
+}
+
+/* The q5_1 codes of chunks 2v, 2v + 1: as q5_0's (the fifth bit or-ed in). */
+PL_VNNI_AI void pl_codes51(const pl_q51x16 *xb, __m512i qh, int v, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b4 = _mm512_set1_epi8(0x10);
+    const __m512i b = pl_ld512_l(xb->qs[v]);
+    *lo = _mm512_ternarylogic_epi32(_mm512_and_si512(b, m4), pl_q5_hbit(qh, 2 * v), b4, 0xF8);
+    *hi = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(b, 4), m4), pl_q5_hbit(qh, 2 * v + 1), b4,
+                                    0xF8);
+}
+
+PL_VNNI_AI void pl_legacy1_panel(int64_t nb, const void *xv, const pl_q81x *const *y, float *d, int64_t ldd,
+                                 __mmask16 mk, const int R, const int Q5) {
+    __m512 accf[4], accm[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = accm[c] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512i a0[4], a1[4];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
+        const uint16_t *dx, *mx;
+        __m512i qh = _mm512_setzero_si512();
+        if (Q5) {
+            const pl_q51x16 *xb = (const pl_q51x16 *)xv + b;
+            dx = xb->d, mx = xb->m;
+            qh = pl_ld512_l(xb->qh);
+        } else {
+            const pl_q41x16 *xb = (const pl_q41x16 *)xv + b;
+            dx = xb->d, mx = xb->m;
+        }
+        PL_UNROLL
+        for (int v = 0; v < 4; v++) {
+            __m512i lo, hi;
+            if (Q5) {
+                pl_codes51((const pl_q51x16 *)xv + b, qh, v, &lo, &hi);
+            } else {
+                const __m512i q = pl_ld512_l(((const pl_q41x16 *)xv + b)->qs[v]);
+                lo = _mm512_and_si512(q, m4);
+                hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            }
+            PL_UNROLL
+            for (int c = 0; c < R; c++) {
+                a0[c] = pl_dpl(a0[c], lo, y[c][b].qs + 8 * v);
+                a1[c] = pl_dpl(a1[c], hi, y[c][b].qs + 8 * v + 4);
+            }
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dx));
+        const __m512 m16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mx));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[c], a1[c])),
+                                      _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].d)), accf[c]);
+            accm[c] = _mm512_fmadd_ps(m16, _mm512_set1_ps(y[c][b].s), accm[c]);
+        }
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_add_ps(accf[c], accm[c]));
+}
+
+#define PL_LEGACY1_GEMM(NAME, T, Q5)                                                                           \
+    PL_VNNI void NAME(int64_t K, const T *w, int64_t p0, int64_t p1, const pl_q81x *a, size_t as, int64_t c0,   \
+                      int64_t c1, float *dst, int64_t N) {                                                     \
+        const int64_t nb = K / QK8_1;                                                                          \
+        for (int64_t p = p0; p < p1; p++) {                                                                    \
+            const T *x = w + p * nb;                                                                           \
+            const __mmask16 mk = pl_panel_mask_l(p, N);                                                        \
+            for (int64_t c = c0; c < c1; c += 4) {                                                             \
+                const pl_q81x *y[4];                                                                           \
+                const int R = c1 - c < 4 ? (int)(c1 - c) : 4;                                                  \
+                for (int i = 0; i < R; i++) y[i] = (const pl_q81x *)((const char *)a + (c + i) * as);          \
+                float *d = dst + c * N + PL_KQX_ROWS * p;                                                      \
+                switch (R) {                                                                                   \
+                    case 4: pl_legacy1_panel(nb, x, y, d, N, mk, 4, Q5); break;                                \
+                    case 3: pl_legacy1_panel(nb, x, y, d, N, mk, 3, Q5); break;                                \
+                    case 2: pl_legacy1_panel(nb, x, y, d, N, mk, 2, Q5); break;                                \
+                    default: pl_legacy1_panel(nb, x, y, d, N, mk, 1, Q5); break;                               \
+                }                                                                                              \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+
+PL_LEGACY1_GEMM(pl_cpu_gemm_q41x16_vnni, pl_q41x16, 0)
+PL_LEGACY1_GEMM(pl_cpu_gemm_q51x16_vnni, pl_q51x16, 1)
