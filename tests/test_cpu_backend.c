@@ -130,6 +130,11 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
         const double e_ref = pl_nmse(y_prep, y_ref, N * M), e_plain = pl_nmse(y_prep, y_plain, N * M);
         CHECK(e_ref < 5e-4, "%s K=%lld N=%lld: prepared vs ref nmse %g", pl_dtype_name(dt), (long long)K, (long long)N, e_ref);
         CHECK(e_plain < 1e-9, "%s: prepared vs unprepared cpu nmse %g", pl_dtype_name(dt), e_plain);
+        /* q4_1 / q5_1: the float steps of the unprepared tiles (llama.cpp's),
+         * bit for bit (their perplexity is that sensitive; cpu_packed_legacy_avx2.c) */
+        if (dt == PL_Q4_1 || dt == PL_Q5_1)
+            CHECK(memcmp(y_prep, y_plain, (size_t)(N * M) * 4) == 0, "%s: prepared == unprepared, bit for bit",
+                  pl_dtype_name(dt));
         /* batched == alone: each activation row through the decode path */
         bool same = true;
         for (int64_t m = 0; m < M && same; m++) {

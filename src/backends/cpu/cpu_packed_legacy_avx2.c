@@ -147,11 +147,17 @@ PL_LEGACY_GEMM(pl_cpu_gemm_q40x16_vnni, pl_q40x16, 0)
 PL_LEGACY_GEMM(pl_cpu_gemm_q50x16_vnni, pl_q50x16, 1)
 
 /* ---- q4_1 / q5_1 (pl_q41x16, pl_q51x16) ---------------------------------------
- * Unsigned codes against q8_1 activations, per block of 32 and row:
- *     acc  += (float)sum(q * q8) * (dx * dy)
- *     accm += mx * sy                      (sy = the q8_1 block's s)
- * and acc + accm at the end: ggml_vec_dot_q4_1_q8_1's terms, its summs kept
- * apart as it keeps them (the order of the float additions differs). */
+ * Unsigned codes against q8_1 activations, with the float steps of
+ * ggml_vec_dot_q4_1_q8_1 (x86) and of the tiles of cpu_matmul_legacy_avx2.c,
+ * which equal it bit for bit: its 8 lanes are the 8 chunks of 4 elements of
+ * a block (chunk j: elements 4j..4j+3, one vpdpbusd here), so per row
+ *     acc[j] += (float)sum_chunk_j(q * q8) * (dx * dy)   (fused, block order)
+ *     summs  += mx * sy                                    (rounded twice)
+ *     out     = ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)) + summs
+ * Exactly the same numbers, not merely close: SmolLM2-135M Q4_1's
+ * perplexity moved by 0.13% when only the order of these additions changed
+ * (the activation requantization turns last-bit differences into code
+ * flips; bench/RESULTS.md), so prepared and unprepared must agree. */
 
 void pl_cpu_q81x_quantize_avx2(const float *x, pl_q81x *y, int64_t K) {
     for (int64_t i = 0; i < K / QK8_1; i++) {
@@ -174,14 +180,15 @@ PL_VNNI_AI void pl_codes51(const pl_q51x16 *xb, __m512i qh, int v, __m512i *lo, 
 
 PL_VNNI_AI void pl_legacy1_panel(int64_t nb, const void *xv, const pl_q81x *const *y, float *d, int64_t ldd,
                                  __mmask16 mk, const int R, const int Q5) {
-    __m512 accf[4], accm[4];
+    __m512 acc[2][8], summs[2];
     PL_UNROLL
-    for (int c = 0; c < R; c++) accf[c] = accm[c] = _mm512_setzero_ps();
+    for (int c = 0; c < R; c++) {
+        summs[c] = _mm512_setzero_ps();
+        PL_UNROLL
+        for (int j = 0; j < 8; j++) acc[c][j] = _mm512_setzero_ps();
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     for (int64_t b = 0; b < nb; b++) {
-        __m512i a0[4], a1[4];
-        PL_UNROLL
-        for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
         const uint16_t *dx, *mx;
         __m512i qh = _mm512_setzero_si512();
         if (Q5) {
@@ -191,6 +198,14 @@ PL_VNNI_AI void pl_legacy1_panel(int64_t nb, const void *xv, const pl_q81x *cons
         } else {
             const pl_q41x16 *xb = (const pl_q41x16 *)xv + b;
             dx = xb->d, mx = xb->m;
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dx));
+        const __m512 m16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mx));
+        __m512 dd[2];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            dd[c] = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].d));
+            summs[c] = _mm512_add_ps(summs[c], _mm512_mul_ps(m16, _mm512_set1_ps(y[c][b].s)));
         }
         PL_UNROLL
         for (int v = 0; v < 4; v++) {
@@ -204,23 +219,24 @@ PL_VNNI_AI void pl_legacy1_panel(int64_t nb, const void *xv, const pl_q81x *cons
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
-                a0[c] = pl_dpl(a0[c], lo, y[c][b].qs + 8 * v);
-                a1[c] = pl_dpl(a1[c], hi, y[c][b].qs + 8 * v + 4);
+                const __m512i plo = pl_dpl(_mm512_setzero_si512(), lo, y[c][b].qs + 8 * v);
+                const __m512i phi = pl_dpl(_mm512_setzero_si512(), hi, y[c][b].qs + 8 * v + 4);
+                acc[c][2 * v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(plo), dd[c], acc[c][2 * v]);
+                acc[c][2 * v + 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(phi), dd[c], acc[c][2 * v + 1]);
             }
-        }
-        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dx));
-        const __m512 m16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mx));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a0[c], a1[c])),
-                                      _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].d)), accf[c]);
-            accm[c] = _mm512_fmadd_ps(m16, _mm512_set1_ps(y[c][b].s), accm[c]);
         }
     }
     PL_UNROLL
-    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_add_ps(accf[c], accm[c]));
+    for (int c = 0; c < R; c++) {
+        const __m512 *a = acc[c];
+        const __m512 t = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[2], a[6])),
+                                       _mm512_add_ps(_mm512_add_ps(a[1], a[5]), _mm512_add_ps(a[3], a[7])));
+        _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_add_ps(t, summs[c]));
+    }
 }
 
+/* Two activation rows per pass (8 accumulators each: 16 of the 32 vector
+ * registers). */
 #define PL_LEGACY1_GEMM(NAME, T, Q5)                                                                           \
     PL_VNNI void NAME(int64_t K, const T *w, int64_t p0, int64_t p1, const pl_q81x *a, size_t as, int64_t c0,   \
                       int64_t c1, float *dst, int64_t N) {                                                     \
@@ -228,17 +244,13 @@ PL_VNNI_AI void pl_legacy1_panel(int64_t nb, const void *xv, const pl_q81x *cons
         for (int64_t p = p0; p < p1; p++) {                                                                    \
             const T *x = w + p * nb;                                                                           \
             const __mmask16 mk = pl_panel_mask_l(p, N);                                                        \
-            for (int64_t c = c0; c < c1; c += 4) {                                                             \
-                const pl_q81x *y[4];                                                                           \
-                const int R = c1 - c < 4 ? (int)(c1 - c) : 4;                                                  \
+            for (int64_t c = c0; c < c1; c += 2) {                                                             \
+                const pl_q81x *y[2];                                                                           \
+                const int R = c1 - c < 2 ? 1 : 2;                                                              \
                 for (int i = 0; i < R; i++) y[i] = (const pl_q81x *)((const char *)a + (c + i) * as);          \
                 float *d = dst + c * N + PL_KQX_ROWS * p;                                                      \
-                switch (R) {                                                                                   \
-                    case 4: pl_legacy1_panel(nb, x, y, d, N, mk, 4, Q5); break;                                \
-                    case 3: pl_legacy1_panel(nb, x, y, d, N, mk, 3, Q5); break;                                \
-                    case 2: pl_legacy1_panel(nb, x, y, d, N, mk, 2, Q5); break;                                \
-                    default: pl_legacy1_panel(nb, x, y, d, N, mk, 1, Q5); break;                               \
-                }                                                                                              \
+                if (R == 2) pl_legacy1_panel(nb, x, y, d, N, mk, 2, Q5);                                       \
+                else pl_legacy1_panel(nb, x, y, d, N, mk, 1, Q5);                                              \
             }                                                                                                  \
         }                                                                                                      \
     }
