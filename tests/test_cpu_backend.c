@@ -130,6 +130,11 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
         const double e_ref = pl_nmse(y_prep, y_ref, N * M), e_plain = pl_nmse(y_prep, y_plain, N * M);
         CHECK(e_ref < 5e-4, "%s K=%lld N=%lld: prepared vs ref nmse %g", pl_dtype_name(dt), (long long)K, (long long)N, e_ref);
         CHECK(e_plain < 1e-9, "%s: prepared vs unprepared cpu nmse %g", pl_dtype_name(dt), e_plain);
+        /* q4_1 / q5_1: the float steps of the unprepared tiles (llama.cpp's),
+         * bit for bit (their perplexity is that sensitive; cpu_packed_legacy_avx2.c) */
+        if (dt == PL_Q4_1 || dt == PL_Q5_1)
+            CHECK(memcmp(y_prep, y_plain, (size_t)(N * M) * 4) == 0, "%s: prepared == unprepared, bit for bit",
+                  pl_dtype_name(dt));
         /* batched == alone: each activation row through the decode path */
         bool same = true;
         for (int64_t m = 0; m < M && same; m++) {
@@ -168,18 +173,22 @@ static void test_prepared_matmul(pl_dtype dt, int64_t K, int64_t N) {
 /* q/k/v group and gate/up + SwiGLU through the graph executor (2 threads)
  * vs per node (1 thread): M = 1 takes the decode path, whose guided claims
  * cross from one matrix of the group into the next. */
-static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
+/* dt2: the dtype of the second and third weight (a group of prepared kinds
+ * whose activation formats differ, e.g. q4_K's q8_K and q4_1's q8_1, must
+ * not share one conversion) */
+static void test_fusion2(pl_dtype dt, pl_dtype dt2, int64_t M, int64_t N) {
     const int64_t K = 512;
     pl_rng r = {42 + (uint64_t)dt};
-    const size_t row = pl_dtype_row_size(dt, K);
     char *wq[3];
     pl_tensor w[3];
     float *wf = malloc((size_t)(K * N) * 4);
     for (int i = 0; i < 3; i++) {
+        const pl_dtype di = i ? dt2 : dt;
+        const size_t row = pl_dtype_row_size(di, K);
         pl_fill_normal(&r, wf, K * N, 1.0f);
         wq[i] = aligned_alloc(64, (row * (size_t)N + 63) & ~(size_t)63);
-        for (int64_t n = 0; n < N; n++) fill_row(&r, dt, wf + n * K, wq[i] + n * row, K);
-        pl_tensor_init(&w[i], dt, 2, (int64_t[]){K, N}, wq[i]);
+        for (int64_t n = 0; n < N; n++) fill_row(&r, di, wf + n * K, wq[i] + n * row, K);
+        pl_tensor_init(&w[i], di, 2, (int64_t[]){K, N}, wq[i]);
         w[i].buffer = PL_BUF_WEIGHTS;
     }
     float *x = malloc((size_t)(K * M) * 4);
@@ -236,6 +245,8 @@ static void test_fusion(pl_dtype dt, int64_t M, int64_t N) {
     free(wf);
     free(x);
 }
+
+static void test_fusion(pl_dtype dt, int64_t M, int64_t N) { test_fusion2(dt, dt, M, N); }
 
 /* Attention inputs: nt query rows of nh heads, K and V caches of n_ctx x
  * n_seq positions (K values of scale k_sd), in the cache's type. */
@@ -711,6 +722,10 @@ int main(void) {
     test_prepared_matmul(PL_Q4_0, 96, 136);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_0, 768, 48);
     test_prepared_matmul(PL_Q5_0, 224, 40);
+    test_prepared_matmul(PL_Q4_1, 512, 64);
+    test_prepared_matmul(PL_Q4_1, 96, 136);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q5_1, 768, 48);
+    test_prepared_matmul(PL_Q5_1, 224, 40);
     test_prepared_matmul(PL_Q2_K, 512, 64);
     test_prepared_matmul(PL_Q2_K, 768, 136);   /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q3_K, 1024, 48);
@@ -735,6 +750,7 @@ int main(void) {
     test_prepared_matmul_id(PL_Q6_K, 512, 72, 6, 3);   /* a padded last panel */
     test_prepared_matmul_id(PL_F16, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q5_0, 128, 256, 8, 2);
+    test_prepared_matmul_id(PL_Q4_1, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q8_0, 128, 256, 8, 2);  /* no prepared layout: the plain kernels */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
@@ -744,6 +760,11 @@ int main(void) {
         test_fusion(PL_Q6_K, M, 136);
         test_fusion(PL_Q4_0, M, 256);
         test_fusion(PL_Q5_0, M, 136);
+        test_fusion(PL_Q4_1, M, 256);
+        test_fusion(PL_Q5_1, M, 136);
+        test_fusion2(PL_Q4_K, PL_Q4_1, M, 256);   /* q8_K and q8_1 activations in one group */
+        test_fusion2(PL_Q5_1, PL_Q6_K, M, 136);
+        test_fusion2(PL_Q4_0, PL_Q4_1, M, 256);   /* q8_0 and q8_1 */
         test_fusion(PL_Q2_K, M, 256);
         test_fusion(PL_Q3_K, M, 136);
         test_fusion(PL_TQ2_0, M, 256);

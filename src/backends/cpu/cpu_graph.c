@@ -33,7 +33,8 @@ static bool pl_overlap(const pl_tensor *a, const pl_tensor *b) {
 
 /* The activation format a prepared kind needs (k-quants share one). */
 static int pl_act_format(pl_cpu_pack_kind k) {
-    return k == PL_PACK_F16_X16 ? 2 : k == PL_PACK_Q40_X16 || k == PL_PACK_Q50_X16 ? 3 : 1;
+    return k == PL_PACK_F16_X16 ? 2 : k == PL_PACK_Q40_X16 || k == PL_PACK_Q50_X16 ? 3
+         : k == PL_PACK_Q41_X16 || k == PL_PACK_Q51_X16 ? 4 : 1;
 }
 
 /* Tries the fusions at node i; returns the number of nodes it ran (0: none). */

@@ -168,6 +168,25 @@ typedef struct pl_q80x {
     int32_t sum;                /* sum of the 32 codes */
     int8_t qs[32];
 } pl_q80x;
+/* q4_1 -> pl_q41x16, q5_1 -> pl_q51x16: the layouts of q4_0 / q5_0 plus the
+ * f16 offsets m per row; the codes are unsigned (0..15 / 0..31) and the
+ * activations pl_q81x (llama.cpp's q8_1, the vec_dot_type of both). */
+typedef struct pl_q41x16 {
+    uint16_t d[16];             /* f16, per row */
+    uint16_t m[16];             /* f16, per row */
+    uint8_t qs[4][64];          /* as pl_q40x16 */
+} pl_q41x16;
+typedef struct pl_q51x16 {
+    uint16_t d[16];
+    uint16_t m[16];
+    uint8_t qh[64];             /* as pl_q50x16 */
+    uint8_t qs[4][64];
+} pl_q51x16;
+typedef struct pl_q81x {
+    float d;                    /* the q8_1 block's f16 d, widened */
+    float s;                    /* its f16 s = d * sum(codes), widened */
+    int8_t qs[32];
+} pl_q81x;
 
 /* q2_K -> pl_q2kx16, q3_K -> pl_q3kx16 (16 rows per block of 256 k; kernels
  * in cpu_packed_klow_avx2.c, activations pl_q8kx). The 2-bit codes: vector
@@ -200,7 +219,8 @@ typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
                                 PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16,
                                 PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16,
-                                PL_PACK_IQ1MX_X16, PL_PACK_IQ2SX_X16 } pl_cpu_pack_kind;
+                                PL_PACK_IQ1MX_X16, PL_PACK_IQ2SX_X16,
+                                PL_PACK_Q41_X16, PL_PACK_Q51_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -272,6 +292,12 @@ void pl_cpu_q80x_quantize_avx2(const float *x, pl_q80x *y, int64_t K);
 void pl_cpu_gemm_q40x16_vnni(int64_t K, const pl_q40x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q50x16_vnni(int64_t K, const pl_q50x16 *w, int64_t p0, int64_t p1, const pl_q80x *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+/* q4_1 / q5_1 prepared kernels (cpu_packed_legacy_avx2.c) */
+void pl_cpu_q81x_quantize_avx2(const float *x, pl_q81x *y, int64_t K);
+void pl_cpu_gemm_q41x16_vnni(int64_t K, const pl_q41x16 *w, int64_t p0, int64_t p1, const pl_q81x *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q51x16_vnni(int64_t K, const pl_q51x16 *w, int64_t p0, int64_t p1, const pl_q81x *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 /* q2_K / q3_K prepared kernels (cpu_packed_klow_avx2.c) */
 void pl_cpu_gemm_q2kx16_vnni(int64_t K, const pl_q2kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,

@@ -26,6 +26,7 @@ _Static_assert(PL_KQX_ROWS == PL_F16X_ROWS, "16-row panels for every prepared ki
 static size_t pl_packed_act_row(pl_cpu_pack_kind kind, int64_t K) {
     size_t sz = kind == PL_PACK_F16_X16 ? (size_t)K * sizeof(float)
                 : kind == PL_PACK_Q40_X16 || kind == PL_PACK_Q50_X16 ? (size_t)(K / QK8_0) * sizeof(pl_q80x)
+                : kind == PL_PACK_Q41_X16 || kind == PL_PACK_Q51_X16 ? (size_t)(K / QK8_1) * sizeof(pl_q81x)
                 : (size_t)(K / QK_K) * sizeof(pl_q8kx);
     return (sz + 63) & ~(size_t)63;
 }
@@ -68,6 +69,8 @@ static void pl_pk_convert(void *arg, int ith, int nth) {
         if (j->act_kind == PL_PACK_F16_X16) pl_cpu_round_f16_avx2(xr, out, j->K);
         else if (j->act_kind == PL_PACK_Q40_X16 || j->act_kind == PL_PACK_Q50_X16)
             pl_cpu_q80x_quantize_avx2(xr, (pl_q80x *)out, j->K);
+        else if (j->act_kind == PL_PACK_Q41_X16 || j->act_kind == PL_PACK_Q51_X16)
+            pl_cpu_q81x_quantize_avx2(xr, (pl_q81x *)out, j->K);
         else pl_cpu_q8kx_quantize_avx2(xr, (pl_q8kx *)out, j->K);
     }
 #else
@@ -90,6 +93,12 @@ static void pl_pk_run(const pl_pk_job *j, const pl_pk_mat *mt, int64_t p0, int64
             break;
         case PL_PACK_Q50_X16:
             pl_cpu_gemm_q50x16_vnni(j->K, pk->data, p0, p1, (const pl_q80x *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_Q41_X16:
+            pl_cpu_gemm_q41x16_vnni(j->K, pk->data, p0, p1, (const pl_q81x *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
+        case PL_PACK_Q51_X16:
+            pl_cpu_gemm_q51x16_vnni(j->K, pk->data, p0, p1, (const pl_q81x *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;
         case PL_PACK_Q2K_X16:
             pl_cpu_gemm_q2kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);

@@ -63,6 +63,8 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_F16: return K % 8 == 0 && N % PL_F16X_GROUP == 0 ? PL_PACK_F16_X16 : PL_PACK_NONE;
         case PL_Q4_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q40_X16 : PL_PACK_NONE;
         case PL_Q5_0: return K % QK8_0 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q50_X16 : PL_PACK_NONE;
+        case PL_Q4_1: return K % QK8_1 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q41_X16 : PL_PACK_NONE;
+        case PL_Q5_1: return K % QK8_1 == 0 && N % 8 == 0 && pl_cpu_legacy_enabled() ? PL_PACK_Q51_X16 : PL_PACK_NONE;
         case PL_Q2_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q2K_X16 : PL_PACK_NONE;
         case PL_Q3_K: return K % QK_K == 0 && N % 8 == 0 ? PL_PACK_Q3K_X16 : PL_PACK_NONE;
         case PL_TQ1_0: return K % QK_K == 0 && N % 8 == 0 ? (pl_cpu_tq1_compact() ? PL_PACK_TQ1_X16 : PL_PACK_TQ_X16) : PL_PACK_NONE;
@@ -83,6 +85,8 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_F16_X16: return (size_t)N * (size_t)K * 2;
         case PL_PACK_Q40_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q40x16);
         case PL_PACK_Q50_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_0) * sizeof(pl_q50x16);
+        case PL_PACK_Q41_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_1) * sizeof(pl_q41x16);
+        case PL_PACK_Q51_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK8_1) * sizeof(pl_q51x16);
         case PL_PACK_Q2K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q2kx16);
         case PL_PACK_Q3K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q3kx16);
         case PL_PACK_TQ_X16: return (size_t)pl_kqx_panels(N) * pl_tqx_panel_bytes(K);
@@ -227,6 +231,40 @@ static void pl_pack_q50_panel(const char *src, size_t row_bytes, int64_t nb, int
         }
 }
 
+/* q4_1 / q5_1: the nibbles and fifth bits placed as q4_0's / q5_0's, plus m. */
+static void pl_pack_q41_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q41x16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q4_1 *x = (const block_q4_1 *)(src + r * row_bytes) + b;
+            out[b].d[r] = x->d;
+            out[b].m[r] = x->m;
+            for (int v = 0; v < 4; v++)
+                for (int e = 0; e < 4; e++)
+                    out[b].qs[v][4 * r + e] = (uint8_t)(pl_q4_nib(x->qs, 8 * v + e) | pl_q4_nib(x->qs, 8 * v + 4 + e) << 4);
+        }
+}
+
+static void pl_pack_q51_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q51x16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q5_1 *x = (const block_q5_1 *)(src + r * row_bytes) + b;
+            uint32_t qh;
+            memcpy(&qh, x->qh, 4);
+            out[b].d[r] = x->d;
+            out[b].m[r] = x->m;
+            for (int e = 0; e < 4; e++) {
+                uint8_t h = 0;
+                for (int c = 0; c < 8; c++) h |= (uint8_t)(((qh >> (4 * c + e)) & 1) << c);
+                out[b].qh[4 * r + e] = h;
+            }
+            for (int v = 0; v < 4; v++)
+                for (int e = 0; e < 4; e++)
+                    out[b].qs[v][4 * r + e] = (uint8_t)(pl_q4_nib(x->qs, 8 * v + e) | pl_q4_nib(x->qs, 8 * v + 4 + e) << 4);
+        }
+}
+
 /* q2_K / q3_K: element k of a block has its 2 low bits at bits 2 ((k % 128) / 32)
  * of qs[32 (k / 128) + k % 32] and (q3_K) its high bit at bit k / 32 of
  * hmask[k % 32]. In the layout, element k = 16 s + 4 c + e (s = 4 j + q)
@@ -314,6 +352,8 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_F16_X16: pl_pack_f16_panel(src, w->nb[1], K, (uint16_t *)dst); break;
             case PL_PACK_Q40_X16: pl_pack_q40_panel(src, w->nb[1], K / QK8_0, nr, (pl_q40x16 *)dst); break;
             case PL_PACK_Q50_X16: pl_pack_q50_panel(src, w->nb[1], K / QK8_0, nr, (pl_q50x16 *)dst); break;
+            case PL_PACK_Q41_X16: pl_pack_q41_panel(src, w->nb[1], K / QK8_1, nr, (pl_q41x16 *)dst); break;
+            case PL_PACK_Q51_X16: pl_pack_q51_panel(src, w->nb[1], K / QK8_1, nr, (pl_q51x16 *)dst); break;
             case PL_PACK_Q2K_X16: pl_pack_q2k_panel(src, w->nb[1], K / QK_K, nr, (pl_q2kx16 *)dst); break;
             case PL_PACK_Q3K_X16: pl_pack_q3k_panel(src, w->nb[1], K / QK_K, nr, (pl_q3kx16 *)dst); break;
             case PL_PACK_TQ_X16: pl_tqx_pack_panel(w->dtype, src, w->nb[1], K, nr, (uint8_t *)dst); break;
@@ -506,6 +546,28 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
                     int q = (qs[c / 2][4 * l + e] >> (4 * (c & 1))) & 0xF;
                     if (q5) q |= ((((const pl_q50x16 *)xb)->qh[4 * l + e] >> c) & 1) << 4;
                     out[k] = (q - (q5 ? 16 : 8)) * d;
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q41_X16:
+        case PL_PACK_Q51_X16: {
+            /* code * d + m, as pl_dequantize_row_q4_1 / q5_1 */
+            const int64_t nb32 = K / QK8_1;
+            const bool q5 = pk->kind == PL_PACK_Q51_X16;
+            const size_t bsz = q5 ? sizeof(pl_q51x16) : sizeof(pl_q41x16);
+            const char *base = (const char *)pk->data + (size_t)(r / PL_KQX_ROWS) * (size_t)nb32 * bsz;
+            for (int64_t b = 0; b < nb32; b++, out += QK8_1) {
+                const char *xb = base + (size_t)b * bsz;
+                const uint16_t *dp = q5 ? ((const pl_q51x16 *)xb)->d : ((const pl_q41x16 *)xb)->d;
+                const uint16_t *mp = q5 ? ((const pl_q51x16 *)xb)->m : ((const pl_q41x16 *)xb)->m;
+                const uint8_t(*qs)[64] = q5 ? ((const pl_q51x16 *)xb)->qs : ((const pl_q41x16 *)xb)->qs;
+                const float d = pl_f16_to_f32(dp[l]), m = pl_f16_to_f32(mp[l]);
+                for (int k = 0; k < QK8_1; k++) {
+                    const int c = k / 4, e = k % 4;
+                    int q = (qs[c / 2][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                    if (q5) q |= ((((const pl_q51x16 *)xb)->qh[4 * l + e] >> c) & 1) << 4;
+                    out[k] = q * d + m;
                 }
             }
             break;
