@@ -45,8 +45,10 @@
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_attention_split.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/status.h"
@@ -169,24 +171,13 @@ typedef struct pl_att_job {
     bool f16, avx2, avx512, online, flash;
     bool blocked;        /* online, KV heads in blocks of kvb, positions in pieces (pl_att_online_block) */
     int64_t kvb;         /* KV heads per task of the blocked path */
+    pl_att_split *split; /* the blocked path's tasks: tokens x position chunks x KV-head blocks */
     char *scratch;
     size_t per_thread;
     int64_t n_tasks;
     atomic_llong next;
 } pl_att_job;
 
-static inline int32_t pl_att_i32(const pl_tensor *t, int64_t i) {
-    int32_t v;
-    memcpy(&v, (const char *)t->data + i * (int64_t)t->nb[0], sizeof v);
-    return v;
-}
-
-/* The first cache position token position p attends to: 0, or with a
- * sliding window (iparams[4] > 0) p - window + 1. */
-static inline int64_t pl_att_lo(const pl_node *node, int32_t p) {
-    const int w = node->iparams[4];
-    return w > 0 && p - w + 1 > 0 ? (int64_t)p - w + 1 : 0;
-}
 
 /* Tokens per task: enough that a task has about PL_ATT_ROWS query rows. */
 static int64_t pl_att_tb(int64_t group) { return group >= PL_ATT_ROWS ? 1 : PL_ATT_ROWS / group; }
@@ -393,12 +384,17 @@ static size_t pl_att_block_scratch(int64_t rows, int64_t hd) {
     return (size_t)rows * ((size_t)PL_ATT_PIECE * 4 + (size_t)hd * 8 + 8) + PL_ATT_PIECE + 64;
 }
 
-static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int64_t g1, char *scratch) {
+/* Positions c0..c1-1 of the token's range (from lo; a chunk, or all of
+ * them); slot: NULL to write the normalised output, else the chunk's
+ * partial slot (cpu_attention_split.h) for the combine. */
+static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                                char *scratch, float *slot) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const int64_t hd = j->head_dim, G = j->group, rows = (g1 - g0) * G;
     const int32_t sq = pl_att_i32(node->src[4], t), p = pl_att_i32(node->src[3], t);
-    const int64_t lo = pl_att_lo(node, p), n = (int64_t)p + 1 - lo;
+    const int64_t lo0 = pl_att_lo(node, p), n_all = (int64_t)p + 1 - lo0;
+    const int64_t lo = lo0 + c0, n = (c1 < n_all ? c1 : n_all) - c0;
     const size_t el = j->f16 ? 2 : 4, ks = k->nb[1], vs = v->nb[1];
     const char *kbase = (const char *)pl_tensor_row(k, lo, sq, 0) + g0 * hd * (int64_t)el;
     const char *vbase = (const char *)pl_tensor_row(v, lo, sq, 0) + g0 * hd * (int64_t)el;
@@ -421,6 +417,13 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
         pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16, hd,
                                  A);
     }
+    if (slot) {   /* the chunk's partial: A, M and the sum of each row (head g0 * G + r) */
+        const int64_t H = j->n_head;
+        memcpy(slot + g0 * G * hd, A, (size_t)(rows * hd) * sizeof(float));
+        memcpy(slot + H * hd + g0 * G, M, (size_t)rows * sizeof(float));
+        memcpy(slot + H * hd + H + g0 * G, sum, (size_t)rows * sizeof(float));
+        return;
+    }
     for (int64_t r = 0; r < rows; r++) {
         float *o = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g0 * G + r) * hd;
         const float inv = sum[r] == 0.0f ? 0.0f : 1.0f / sum[r];
@@ -431,9 +434,14 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
 
 static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O, uint8_t *flags) {
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (j->blocked) {   /* token-major, then blocks of kvb KV heads */
-        const int64_t nb = (j->n_kv_head + j->kvb - 1) / j->kvb, t = task / nb, g0 = (task % nb) * j->kvb;
-        pl_att_online_block(j, t, g0, g0 + j->kvb < j->n_kv_head ? g0 + j->kvb : j->n_kv_head, (char *)S);
+    if (j->blocked) {   /* token-major, then chunks of positions, then blocks of kvb KV heads */
+        int64_t t, u, c, nch;
+        float *slot;
+        pl_att_split_task(j->split, task, &t, &u, &c, &nch, &slot);
+        const int64_t g0 = u * j->kvb;
+        pl_att_online_block(j, t, g0, g0 + j->kvb < j->n_kv_head ? g0 + j->kvb : j->n_kv_head,
+                            nch > 1 ? c * PL_ATT_CHUNK : 0, nch > 1 ? (c + 1) * PL_ATT_CHUNK : INT64_MAX, (char *)S,
+                            slot);
         return;
     }
 #endif
@@ -522,6 +530,7 @@ static bool pl_att_use_flash(const pl_node *node) {
 static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group; }
 
 int pl_cpu_att_blocked_mode = -1;
+int pl_cpu_att_split_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -751,6 +760,32 @@ size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
     return per * (size_t)(n_threads < 1 ? 1 : n_threads) + 64;
 }
 
+/* The blocked path's driver: rounds of tokens (their chunk partials fit
+ * the split's slots), each a parallel run of its tasks then the combine in
+ * chunk order. */
+static pl_status pl_att_blocked_run(pl_exec_ctx *ctx, pl_att_job *job, int nth, bool split_on) {
+    pl_att_split split;
+    void *mem = NULL;
+    PL_TRY(pl_att_split_init(&split, job->node, (job->n_kv_head + job->kvb - 1) / job->kvb, split_on, &mem));
+    job->split = &split;
+    const int use = nth > 1 ? nth : 1;
+    pl_cpu_scratch scratch;
+    pl_status st = pl_cpu_scratch_get(ctx, job->per_thread * (size_t)use, &scratch);
+    if (st != PL_OK) { free(mem); return st; }
+    job->scratch = scratch.ptr;
+    for (int64_t t0 = 0; t0 < job->n_tok; t0 = split.t1) {
+        pl_att_split_round(&split, t0);
+        job->n_tasks = split.n_tasks;
+        atomic_init(&job->next, 0);
+        if (use > 1 && job->n_tasks > 1) pl_threadpool_run_elastic(ctx->pool, pl_att_task, job);
+        else pl_att_task(job, 0, 1);
+        pl_att_split_combine(&split);
+    }
+    pl_cpu_scratch_release(&scratch);
+    free(mem);
+    return PL_OK;
+}
+
 pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const pl_tensor *pos = node->src[3], *seq = node->src[4];
@@ -807,7 +842,11 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
         const int64_t most = PL_ATT_BLOCK_ROWS / job.group;
         job.kvb = n_kv_head < most ? n_kv_head : most;
         job.blocked = true;
-        job.n_tasks = job.n_tok * ((n_kv_head + job.kvb - 1) / job.kvb);
+        /* at depth, each token's positions in chunks (cpu_attention_split.h):
+         * a decode token's attention spreads over the threads */
+        static int sw_split = -1;
+        if (sw_split < 0) sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
+        return pl_att_blocked_run(ctx, &job, nth, pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split);
     }
     const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
     pl_cpu_scratch scratch;
