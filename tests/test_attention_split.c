@@ -8,7 +8,8 @@
  *     one (the combine rounds differently), both near ref;
  *   - at most PL_ATT_CHUNK positions the split changes nothing (one chunk:
  *     llama.cpp's decode steps, bit for bit, which the goldens check);
- *   - the same for the quantized (q8_0, q4_0) cache path.
+ *   - the same for the quantized (q8_0, q4_0) cache path, with and without
+ *     the Hadamard rotation (the split tokens' V rotation after the combine).
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +80,8 @@ static void free_case(att_case *c) { free(c->kc); free(c->vc); free(c->q); }
 
 /* Runs nt tokens (query rows 0..nt-1 of c.q) at pos / seq on backend b
  * (NULL: cpu with nth threads) into out [nt][NH*HD]. */
+static int g_rot;   /* the Hadamard rotation of K and V (quantized caches): iparams[2], [3] */
+
 static void run_att(const att_case *c, int nt, const int32_t *pos, const int32_t *seq, int window, const char *be,
                     int nth, float *out) {
     pl_tensor tq, tk, tv, tp, ts, td;
@@ -91,6 +94,7 @@ static void run_att(const att_case *c, int nt, const int32_t *pos, const int32_t
     pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td};
     nd.iparams[0] = NKV;
     nd.iparams[4] = window;
+    nd.iparams[2] = nd.iparams[3] = g_rot;
     nd.fparams[0] = 1.0f / sqrtf((float)HD);
     memset(out, 0xff, sizeof(float) * HD * NH * (size_t)nt);
     if (be) {
@@ -166,5 +170,14 @@ int main(void) {
     check_case(PL_F16, 1300, 0, 1e-5);   /* three chunks, a tail of 277 */
     check_case(PL_F16, 2100, 700, 1e-5); /* a window: 700 positions from 1401, two chunks */
     check_case(PL_F32, 1100, 0, 1e-9);
+    /* the quantized-cache path: the query rounded to q8_0, f32 V sums */
+    check_case(PL_Q8_0, 300, 0, 1e-5);
+    check_case(PL_Q8_0, 1300, 0, 1e-5);
+    check_case(PL_Q4_0, 1100, 0, 1e-5);
+    check_case(PL_Q8_0, 2100, 700, 1e-5);
+    g_rot = HD;   /* llama.cpp's default rotation of quantized caches */
+    check_case(PL_Q8_0, 1300, 0, 1e-5);
+    check_case(PL_Q4_0, 400, 0, 1e-5);
+    g_rot = 0;
     return pl_test_summary("test_attention_split");
 }

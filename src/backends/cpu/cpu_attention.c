@@ -48,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_attention_quant.h"
 #include "backends/cpu/cpu_attention_split.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
@@ -289,7 +290,7 @@ static void pl_att_query_row(const pl_att_job *j, const float *src, float *dq) {
  * row's maximum *M and sum *sum over earlier positions (-inf and 0 at the
  * start): at a new maximum ms = exp(M_old - M), vs = 1, and e gets the sign
  * tag (-ms); otherwise ms = 1, vs = exp(s - M). newmax: n bytes of scratch. */
-static void pl_att_scan(const pl_att_job *j, float *e, uint8_t *newmax, int64_t n, float *M, float *sum) {
+static void pl_att_scan(bool avx2, float *e, uint8_t *newmax, int64_t n, float *M, float *sum) {
     float Mr = *M;
     for (int64_t i = 0; i < n; i++) {
         const float s = e[i];
@@ -299,8 +300,10 @@ static void pl_att_scan(const pl_att_job *j, float *e, uint8_t *newmax, int64_t 
     }
     *M = Mr;
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (j->avx2) pl_cpu_vexp_avx2(e, n);
+    if (avx2) pl_cpu_vexp_avx2(e, n);
     else
+#else
+    (void)avx2;
 #endif
         for (int64_t i = 0; i < n; i++) e[i] = expf(e[i]);
     float sm = *sum;
@@ -340,7 +343,7 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
     float inv[PL_ATT_RUN_ROWS];
     for (int r = 0; r < R; r++) {
         float M = -INFINITY, sum = 0.0f;
-        pl_att_scan(j, S + r * ldS, newmax, n, &M, &sum);
+        pl_att_scan(j->avx2, S + r * ldS, newmax, n, &M, &sum);
         inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
     }
     float *o0 = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g * j->group + h0) * hd;
@@ -413,7 +416,7 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
         const int64_t m = n - p0 < PL_ATT_PIECE ? n - p0 : PL_ATT_PIECE;
         pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
                                   PL_ATT_PIECE);
-        for (int64_t r = 0; r < rows; r++) pl_att_scan(j, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
+        for (int64_t r = 0; r < rows; r++) pl_att_scan(j->avx2, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
         pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16, hd,
                                  A);
     }
@@ -591,7 +594,7 @@ static size_t pl_attq_per_thread(const pl_node *node) {
     const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
     const pl_cpu_mm_type *kt = pl_cpu_mm_type_get(node->src[1]->dtype);
     size_t b = (size_t)group * pl_attq_qrow(kt, hd);
-    b += ((size_t)group * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float);
+    b += ((size_t)group * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float) + PL_ATTQ_JB;
     return (b + 127) & ~(size_t)63;
 }
 
@@ -601,7 +604,8 @@ typedef struct pl_attq_job {
     int64_t hd, n_tok, n_kv_head, group;
     size_t qrow, per_thread;
     float scale;
-    bool avx2;
+    bool avx2, v512;
+    pl_att_split *split;   /* tasks: tokens x position chunks x KV heads */
     char *scratch;
     int64_t n_tasks;
     atomic_llong next;
@@ -619,11 +623,41 @@ static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_
     return buf;
 }
 
+/* The V step without the AVX-512 kernel: per position the V row decoded
+ * once, then each query row's update (e: the scan's tagged weights). */
+static void pl_attq_vstep(const pl_attq_job *j, const float *E, int64_t n, const char *v, size_t vs, float *vf,
+                          float *acc) {
+    const int64_t hd = j->hd, R = j->group;
+    for (int64_t i = 0; i < n; i++) {
+        const float *vr = pl_attq_vrow(j->node->src[2]->dtype, v + i * vs, vf, hd, j->avx2);
+        for (int64_t r = 0; r < R; r++) {
+            const float w = E[r * PL_ATTQ_JB + i];
+            const float ms = signbit(w) ? -w : 1.0f, vw = signbit(w) ? 1.0f : w;
+            float *a = acc + r * hd;
+#if PL_CPU_HAVE_AVX2_BUILD
+            if (j->avx2) {
+                pl_cpu_attq_axpy_avx2(a, vr, ms, vw, hd);   /* hd % 32 == 0 here */
+                continue;
+            }
+#endif
+            if (ms != 1.0f)
+                for (int64_t d = 0; d < hd; d++) a[d] *= ms;
+            for (int64_t d = 0; d < hd; d++) a[d] += vw * vr[d];
+        }
+    }
+}
+
+/* Token t, KV head g, one chunk of its positions (or all of them). Per tile
+ * of PL_ATTQ_JB positions: the scores of the group's query rows, each row's
+ * running-maximum scan with a vector exp (pl_att_scan: its maximum and sum
+ * carried over), then the V step (each V row decoded once for the group). */
 static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *dst = node->dst;
     const int64_t hd = j->hd, R = j->group;
-    const int64_t t = j->n_tok - 1 - task / j->n_kv_head, g = task % j->n_kv_head;
+    int64_t t, g, c, nch;
+    float *slot;
+    pl_att_split_task(j->split, task, &t, &g, &c, &nch, &slot);
     const int k_rot = node->iparams[2], v_rot = node->iparams[3];
     const int32_t p = pl_att_i32(node->src[3], t), sq = pl_att_i32(node->src[4], t);
     char *qc = scr;
@@ -631,6 +665,7 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     float *sc = acc + R * hd;                             /* [R][PL_ATTQ_JB] */
     float *qf = sc + R * PL_ATTQ_JB, *vf = qf + hd;
     float *M = vf + hd, *S = M + R;
+    uint8_t *flags = (uint8_t *)(S + R);
     for (int64_t r = 0; r < R; r++) {
         const float *src = (const float *)((const char *)q->data + (g * R + r) * q->nb[1] + t * q->nb[2]);
         memcpy(qf, src, (size_t)hd * sizeof(float));
@@ -645,8 +680,11 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
     const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
     const int max_nr = j->kt->max_nr, max_nc = j->kt->max_nc;
-    for (int64_t j0 = pl_att_lo(node, p); j0 <= p; j0 += PL_ATTQ_JB) {
-        const int64_t n = p + 1 - j0 < PL_ATTQ_JB ? p + 1 - j0 : PL_ATTQ_JB;
+    const int64_t lo = pl_att_lo(node, p);
+    const int64_t b0 = lo + (nch > 1 ? c * PL_ATT_CHUNK : 0);
+    const int64_t b1 = nch > 1 && lo + (c + 1) * PL_ATT_CHUNK <= p ? lo + (c + 1) * PL_ATT_CHUNK - 1 : p;
+    for (int64_t j0 = b0; j0 <= b1; j0 += PL_ATTQ_JB) {
+        const int64_t n = b1 + 1 - j0 < PL_ATTQ_JB ? b1 + 1 - j0 : PL_ATTQ_JB;
         /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
@@ -656,31 +694,23 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
                               sc + c0 * PL_ATTQ_JB + i0, PL_ATTQ_JB);
             }
         }
-        for (int64_t i = 0; i < n; i++) {
-            const float *vr = pl_attq_vrow(v->dtype, vb + (j0 + i) * v->nb[1], vf, hd, j->avx2);
-            for (int64_t r = 0; r < R; r++) {
-                const float s = sc[r * PL_ATTQ_JB + i] * j->scale;
-                float ms = 1.0f, vs = 1.0f;
-                float *a = acc + r * hd;
-                if (s > M[r]) {
-                    ms = expf(M[r] - s);   /* 0 on the first position (M = -inf) */
-                    M[r] = s;
-                } else {
-                    vs = expf(s - M[r]);
-                }
-#if PL_CPU_HAVE_AVX2_BUILD
-                if (j->avx2) {
-                    pl_cpu_attq_axpy_avx2(a, vr, ms, vs, hd);   /* hd % 32 == 0 here */
-                } else
-#endif
-                {
-                    if (ms != 1.0f)
-                        for (int64_t d = 0; d < hd; d++) a[d] *= ms;
-                    for (int64_t d = 0; d < hd; d++) a[d] += vs * vr[d];
-                }
-                S[r] = S[r] * ms + vs;
-            }
+        for (int64_t r = 0; r < R; r++) {
+            float *e = sc + r * PL_ATTQ_JB;
+            for (int64_t i = 0; i < n; i++) e[i] *= j->scale;
+            pl_att_scan(j->avx2, e, flags, n, &M[r], &S[r]);
         }
+        const char *vt = vb + j0 * v->nb[1];
+#if PL_CPU_HAVE_AVX2_BUILD
+        if (j->v512 && pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, v->dtype, vt, v->nb[1], hd, acc)) continue;
+#endif
+        pl_attq_vstep(j, sc, n, vt, v->nb[1], vf, acc);
+    }
+    if (slot) {   /* the chunk's partial (cpu_attention_split.h); the combine normalises and rotates */
+        const int64_t H = j->n_kv_head * R;
+        memcpy(slot + g * R * hd, acc, (size_t)(R * hd) * sizeof(float));
+        memcpy(slot + H * hd + g * R, M, (size_t)R * sizeof(float));
+        memcpy(slot + H * hd + H + g * R, S, (size_t)R * sizeof(float));
+        return;
     }
     for (int64_t r = 0; r < R; r++) {
         float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * R + r) * hd;
@@ -693,9 +723,10 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
 static void pl_attq_task(void *arg, int ith, int nth) {
     pl_attq_job *j = arg;
     char *scr = j->scratch + (size_t)ith * j->per_thread;
+    /* from the last task backwards: the longest tokens first */
     for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_tasks;
          id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        pl_attq_run(j, id, scr);
+        pl_attq_run(j, j->n_tasks - 1 - id, scr);
     (void)nth;
 }
 
@@ -721,16 +752,37 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     job.per_thread = pl_attq_per_thread(node);
     job.scale = node->fparams[0];
     job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
-    job.n_tasks = job.n_tok * job.n_kv_head;
+    static int sw_v512 = -1, sw_split = -1;
+    if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATTQ_V512"), sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
+    job.v512 = job.avx2 && sw_v512 && pl_cpu_has_vnni512();
+    pl_att_split split;
+    void *mem = NULL;
+    PL_TRY(pl_att_split_init(&split, node, job.n_kv_head,
+                             pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split, &mem));
+    job.split = &split;
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
-    const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
+    const int use = nth > 1 ? nth : 1;
     pl_cpu_scratch scratch;
-    PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
+    pl_status st = pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch);
+    if (st != PL_OK) { free(mem); return st; }
     job.scratch = scratch.ptr;
-    atomic_init(&job.next, 0);
-    if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
-    else pl_attq_task(&job, 0, 1);
+    const pl_tensor *dst = node->dst;
+    for (int64_t t0 = 0; t0 < job.n_tok; t0 = split.t1) {
+        pl_att_split_round(&split, t0);
+        job.n_tasks = split.n_tasks;
+        atomic_init(&job.next, 0);
+        if (use > 1 && job.n_tasks > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
+        else pl_attq_task(&job, 0, 1);
+        pl_att_split_combine(&split);
+        if (node->iparams[3])   /* the split tokens' V rotation, after their combine */
+            for (int64_t t = split.t0; t < split.t1; t++) {
+                if (split.slot_pref[t - split.t0 + 1] - split.slot_pref[t - split.t0] < 2) continue;
+                float *out = (float *)((char *)dst->data + t * dst->nb[1]);
+                for (int64_t h = 0; h < q->ne[1]; h++) pl_hadamard_rows(out + h * job.hd, job.hd, node->iparams[3]);
+            }
+    }
     pl_cpu_scratch_release(&scratch);
+    free(mem);
     return PL_OK;
 }
 
