@@ -9,7 +9,8 @@
  *   - at most PL_ATT_CHUNK positions the split changes nothing (one chunk:
  *     llama.cpp's decode steps, bit for bit, which the goldens check);
  *   - the same for the quantized (q8_0, q4_0) cache path, with and without
- *     the Hadamard rotation (the split tokens' V rotation after the combine).
+ *     the Hadamard rotation (the split tokens' V rotation after the combine),
+ *     and its prefill (token blocks) against ref.
  */
 #include <math.h>
 #include <stdio.h>
@@ -163,6 +164,36 @@ static void check_case(pl_dtype cache, int32_t p, int window, double nmse_max) {
     free_case(&c);
 }
 
+/* Prefill through the quantized-cache path (a batch of >= 64 tokens: tasks
+ * of token blocks x KV head, each row with its own causal end): nt tokens of
+ * slot 0 from position p0, then 9 of slot 1 from 0, against ref, on 1 and 2
+ * threads (the same bits). */
+static void check_prefill(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
+    att_case c = make_case(cache, p0 + nt + 16, (uint64_t)(nt * 7 + p0));
+    const int ntot = nt + 9;
+    float *q3 = c.q;
+    c.q = malloc(sizeof(float) * HD * NH * (size_t)ntot);
+    pl_rng r = {(uint64_t)p0};
+    pl_fill_normal(&r, c.q, HD * NH * ntot, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntot), *seq = malloc(sizeof(int32_t) * (size_t)ntot);
+    for (int t = 0; t < ntot; t++) {
+        seq[t] = t >= nt;
+        pos[t] = t >= nt ? t - nt : p0 + t;
+    }
+    const size_t sz = sizeof(float) * HD * NH * (size_t)ntot;
+    float *ref = malloc(sz), *o1 = malloc(sz), *o2 = malloc(sz);
+    run_att(&c, ntot, pos, seq, 0, "ref", 1, ref);
+    run_att(&c, ntot, pos, seq, 0, NULL, 1, o1);
+    run_att(&c, ntot, pos, seq, 0, NULL, 2, o2);
+    CHECK(memcmp(o1, o2, sz) == 0, "%s prefill %d from %d: 2 threads == 1", pl_dtype_name(cache), nt, p0);
+    const double e = pl_nmse(o1, ref, (int64_t)HD * NH * ntot);
+    CHECK(e < nmse_max, "%s prefill %d from %d (rot %d): nmse %g vs ref", pl_dtype_name(cache), nt, p0, g_rot, e);
+    free(ref); free(o1); free(o2); free(pos); free(seq);
+    free(c.q);
+    c.q = q3;
+    free_case(&c);
+}
+
 int main(void) {
     check_case(PL_F16, 300, 0, 1e-5);    /* one chunk */
     check_case(PL_F16, 511, 0, 1e-5);    /* exactly one chunk (512 positions) */
@@ -178,6 +209,9 @@ int main(void) {
     g_rot = HD;   /* llama.cpp's default rotation of quantized caches */
     check_case(PL_Q8_0, 1300, 0, 1e-5);
     check_case(PL_Q4_0, 400, 0, 1e-5);
+    check_prefill(PL_Q8_0, 100, 250, 1e-5);
+    check_prefill(PL_Q4_0, 70, 0, 1e-5);
     g_rot = 0;
+    check_prefill(PL_Q8_0, 64, 40, 1e-5);
     return pl_test_summary("test_attention_split");
 }

@@ -588,13 +588,21 @@ static size_t pl_attq_qrow(const pl_cpu_mm_type *kt, int64_t hd) {
     return (b + 63) & ~(size_t)63;
 }
 
+/* Prefill (a batch of at least PL_ATT_ONLINE_TOK tokens, not batch-
+ * invariant, no window): a task takes a block of tokens of one KV head, so
+ * each K tile's score call has tb * group query rows as columns and each V
+ * row is decoded once for all of them. */
+#define PL_ATTQ_BLOCK_ROWS 64
+static int64_t pl_attq_tb(int64_t group) { return group >= PL_ATTQ_BLOCK_ROWS ? 1 : PL_ATTQ_BLOCK_ROWS / group; }
+
 static size_t pl_attq_per_thread(const pl_node *node) {
     const int64_t hd = node->src[0]->ne[0];
     const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
     const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
     const pl_cpu_mm_type *kt = pl_cpu_mm_type_get(node->src[1]->dtype);
-    size_t b = (size_t)group * pl_attq_qrow(kt, hd);
-    b += ((size_t)group * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float) + PL_ATTQ_JB;
+    const int64_t rows = group > pl_attq_tb(group) * group ? group : pl_attq_tb(group) * group;
+    size_t b = (size_t)rows * pl_attq_qrow(kt, hd);
+    b += ((size_t)rows * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float) + PL_ATTQ_JB;
     return (b + 127) & ~(size_t)63;
 }
 
@@ -605,7 +613,9 @@ typedef struct pl_attq_job {
     size_t qrow, per_thread;
     float scale;
     bool avx2, v512;
-    pl_att_split *split;   /* tasks: tokens x position chunks x KV heads */
+    bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
+    int64_t tb, n_blocks;
+    pl_att_split *split;   /* otherwise tasks: tokens x position chunks x KV heads */
     char *scratch;
     int64_t n_tasks;
     atomic_llong next;
@@ -625,9 +635,9 @@ static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_
 
 /* The V step without the AVX-512 kernel: per position the V row decoded
  * once, then each query row's update (e: the scan's tagged weights). */
-static void pl_attq_vstep(const pl_attq_job *j, const float *E, int64_t n, const char *v, size_t vs, float *vf,
-                          float *acc) {
-    const int64_t hd = j->hd, R = j->group;
+static void pl_attq_vstep(const pl_attq_job *j, int64_t R, const float *E, int64_t n, const char *v, size_t vs,
+                          float *vf, float *acc) {
+    const int64_t hd = j->hd;
     for (int64_t i = 0; i < n; i++) {
         const float *vr = pl_attq_vrow(j->node->src[2]->dtype, v + i * vs, vf, hd, j->avx2);
         for (int64_t r = 0; r < R; r++) {
@@ -651,15 +661,15 @@ static void pl_attq_vstep(const pl_attq_job *j, const float *E, int64_t n, const
  * of PL_ATTQ_JB positions: the scores of the group's query rows, each row's
  * running-maximum scan with a vector exp (pl_att_scan: its maximum and sum
  * carried over), then the V step (each V row decoded once for the group). */
-static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
+static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g, int64_t c, int64_t nch,
+                         float *slot, char *scr) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *dst = node->dst;
-    const int64_t hd = j->hd, R = j->group;
-    int64_t t, g, c, nch;
-    float *slot;
-    pl_att_split_task(j->split, task, &t, &g, &c, &nch, &slot);
+    const int64_t hd = j->hd, G = j->group, R = (t1 - t0) * G;
     const int k_rot = node->iparams[2], v_rot = node->iparams[3];
-    const int32_t p = pl_att_i32(node->src[3], t), sq = pl_att_i32(node->src[4], t);
+    /* rows r = (t - t0) * G + h, the tokens of one slot; p: the last token's
+     * (largest) position in a block, the window start of the first */
+    const int32_t p = pl_att_i32(node->src[3], t1 - 1), sq = pl_att_i32(node->src[4], t0);
     char *qc = scr;
     float *acc = (float *)(scr + (size_t)R * j->qrow);   /* [R][hd] */
     float *sc = acc + R * hd;                             /* [R][PL_ATTQ_JB] */
@@ -667,7 +677,8 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     float *M = vf + hd, *S = M + R;
     uint8_t *flags = (uint8_t *)(S + R);
     for (int64_t r = 0; r < R; r++) {
-        const float *src = (const float *)((const char *)q->data + (g * R + r) * q->nb[1] + t * q->nb[2]);
+        const int64_t t = t0 + r / G;
+        const float *src = (const float *)((const char *)q->data + (g * G + r % G) * q->nb[1] + t * q->nb[2]);
         memcpy(qf, src, (size_t)hd * sizeof(float));
         if (k_rot) pl_hadamard_rows(qf, hd, k_rot);
         if (j->kt->from_float) j->kt->from_float(qf, qc + r * j->qrow, hd);
@@ -680,7 +691,7 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
     const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
     const int max_nr = j->kt->max_nr, max_nc = j->kt->max_nc;
-    const int64_t lo = pl_att_lo(node, p);
+    const int64_t lo = pl_att_lo(node, pl_att_i32(node->src[3], t0));
     const int64_t b0 = lo + (nch > 1 ? c * PL_ATT_CHUNK : 0);
     const int64_t b1 = nch > 1 && lo + (c + 1) * PL_ATT_CHUNK <= p ? lo + (c + 1) * PL_ATT_CHUNK - 1 : p;
     for (int64_t j0 = b0; j0 <= b1; j0 += PL_ATTQ_JB) {
@@ -696,28 +707,52 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
         }
         for (int64_t r = 0; r < R; r++) {
             float *e = sc + r * PL_ATTQ_JB;
-            for (int64_t i = 0; i < n; i++) e[i] *= j->scale;
-            pl_att_scan(j->avx2, e, flags, n, &M[r], &S[r]);
+            /* the row's own causal end: weight +0 past it (a block's earlier tokens) */
+            const int64_t pr = pl_att_i32(node->src[3], t0 + r / G);
+            const int64_t nr_ = pr + 1 - j0 < 0 ? 0 : pr + 1 - j0 < n ? pr + 1 - j0 : n;
+            for (int64_t i = 0; i < nr_; i++) e[i] *= j->scale;
+            if (nr_ > 0) pl_att_scan(j->avx2, e, flags, nr_, &M[r], &S[r]);
+            for (int64_t i = nr_; i < n; i++) e[i] = 0.0f;
         }
         const char *vt = vb + j0 * v->nb[1];
 #if PL_CPU_HAVE_AVX2_BUILD
         if (j->v512 && pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, v->dtype, vt, v->nb[1], hd, acc)) continue;
 #endif
-        pl_attq_vstep(j, sc, n, vt, v->nb[1], vf, acc);
+        pl_attq_vstep(j, R, sc, n, vt, v->nb[1], vf, acc);
     }
-    if (slot) {   /* the chunk's partial (cpu_attention_split.h); the combine normalises and rotates */
-        const int64_t H = j->n_kv_head * R;
-        memcpy(slot + g * R * hd, acc, (size_t)(R * hd) * sizeof(float));
-        memcpy(slot + H * hd + g * R, M, (size_t)R * sizeof(float));
-        memcpy(slot + H * hd + H + g * R, S, (size_t)R * sizeof(float));
+    if (slot) {   /* the chunk's partial (cpu_attention_split.h; one token); the combine normalises and rotates */
+        const int64_t H = j->n_kv_head * G;
+        memcpy(slot + g * G * hd, acc, (size_t)(G * hd) * sizeof(float));
+        memcpy(slot + H * hd + g * G, M, (size_t)G * sizeof(float));
+        memcpy(slot + H * hd + H + g * G, S, (size_t)G * sizeof(float));
         return;
     }
     for (int64_t r = 0; r < R; r++) {
-        float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * R + r) * hd;
+        const int64_t t = t0 + r / G;
+        float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * G + r % G) * hd;
         const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
         for (int64_t d = 0; d < hd; d++) out[d] = acc[r * hd + d] * inv;
         if (v_rot) pl_hadamard_rows(out, hd, v_rot);
     }
+}
+
+static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
+    if (j->block) {   /* KV-head-major; a block of tokens split into runs of one slot */
+        const int64_t g = task / j->n_blocks, b = task % j->n_blocks;
+        const int64_t t_lo = b * j->tb, t_hi = t_lo + j->tb < j->n_tok ? t_lo + j->tb : j->n_tok;
+        for (int64_t t0 = t_lo; t0 < t_hi;) {
+            const int32_t sq = pl_att_i32(j->node->src[4], t0);
+            int64_t t1 = t0 + 1;
+            while (t1 < t_hi && pl_att_i32(j->node->src[4], t1) == sq) t1++;
+            pl_attq_rows(j, t0, t1, g, 0, 1, NULL, scr);
+            t0 = t1;
+        }
+        return;
+    }
+    int64_t t, g, c, nch;
+    float *slot;
+    pl_att_split_task(j->split, task, &t, &g, &c, &nch, &slot);
+    pl_attq_rows(j, t, t + 1, g, c, nch, slot, scr);
 }
 
 static void pl_attq_task(void *arg, int ith, int nth) {
@@ -755,14 +790,29 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     static int sw_v512 = -1, sw_split = -1;
     if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATTQ_V512"), sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
     job.v512 = job.avx2 && sw_v512 && pl_cpu_has_vnni512();
+    static int sw_block = -1;
+    if (sw_block < 0) sw_block = pl_cpu_switch("PL_CPU_ATTQ_BLOCK");
+    const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
+    const int use = nth > 1 ? nth : 1;
+    pl_cpu_scratch scratch;
+    job.block = sw_block && job.n_tok >= PL_ATT_ONLINE_TOK && !node->iparams[1] && node->iparams[4] <= 0;
+    if (job.block) {
+        job.tb = pl_attq_tb(job.group);
+        job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;
+        job.n_tasks = job.n_blocks * job.n_kv_head;
+        PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
+        job.scratch = scratch.ptr;
+        atomic_init(&job.next, 0);
+        if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
+        else pl_attq_task(&job, 0, 1);
+        pl_cpu_scratch_release(&scratch);
+        return PL_OK;
+    }
     pl_att_split split;
     void *mem = NULL;
     PL_TRY(pl_att_split_init(&split, node, job.n_kv_head,
                              pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split, &mem));
     job.split = &split;
-    const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
-    const int use = nth > 1 ? nth : 1;
-    pl_cpu_scratch scratch;
     pl_status st = pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch);
     if (st != PL_OK) { free(mem); return st; }
     job.scratch = scratch.ptr;
