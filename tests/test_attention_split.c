@@ -166,7 +166,7 @@ static void check_case(pl_dtype cache, int32_t p, int window, double nmse_max) {
 
 /* Prefill through the quantized-cache path (a batch of >= 64 tokens: tasks
  * of token blocks x KV head, each row with its own causal end): nt tokens of
- * slot 0 from position p0, then 9 of slot 1 from 0, against ref, on 1 and 2
+ * slot 0 from position p0, then 9 of slot 1 at decreasing positions 24..0, against ref, on 1 and 2
  * threads (the same bits). */
 static void check_prefill(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
     att_case c = make_case(cache, p0 + nt + 16, (uint64_t)(nt * 7 + p0));
@@ -178,7 +178,7 @@ static void check_prefill(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
     int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntot), *seq = malloc(sizeof(int32_t) * (size_t)ntot);
     for (int t = 0; t < ntot; t++) {
         seq[t] = t >= nt;
-        pos[t] = t >= nt ? t - nt : p0 + t;
+        pos[t] = t >= nt ? (ntot - 1 - t) * 3 : p0 + t;   /* slot 1: decreasing positions */
     }
     const size_t sz = sizeof(float) * HD * NH * (size_t)ntot;
     float *ref = malloc(sz), *o1 = malloc(sz), *o2 = malloc(sz);

@@ -667,9 +667,12 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *dst = node->dst;
     const int64_t hd = j->hd, G = j->group, R = (t1 - t0) * G;
     const int k_rot = node->iparams[2], v_rot = node->iparams[3];
-    /* rows r = (t - t0) * G + h, the tokens of one slot; p: the last token's
-     * (largest) position in a block, the window start of the first */
-    const int32_t p = pl_att_i32(node->src[3], t1 - 1), sq = pl_att_i32(node->src[4], t0);
+    /* rows r = (t - t0) * G + h, the tokens of one slot; p: their largest
+     * position (a block's positions need not increase) */
+    int32_t p = pl_att_i32(node->src[3], t0);
+    const int32_t sq = pl_att_i32(node->src[4], t0);
+    for (int64_t t = t0 + 1; t < t1; t++)
+        if (pl_att_i32(node->src[3], t) > p) p = pl_att_i32(node->src[3], t);
     char *qc = scr;
     float *acc = (float *)(scr + (size_t)R * j->qrow);   /* [R][hd] */
     float *sc = acc + R * hd;                             /* [R][PL_ATTQ_JB] */
