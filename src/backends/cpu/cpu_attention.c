@@ -41,6 +41,13 @@
  *     registers, an online softmax per row, then O += P V (cpu_attention_avx2.c);
  *   - two-pass (prefill otherwise), described above.
  * PL_CPU_FA=0 / PL_CPU_FLASH=0 switch the first two off (measurements).
+ *
+ * At depth the online path's position-major form (pl_att_online_block) and
+ * the quantized-cache path cut a token's positions into chunks of
+ * PL_ATT_CHUNK, one task each, combined in chunk order
+ * (cpu_attention_split.h): a decode token's attention runs on every thread,
+ * with the same bits for any thread count and batch. PL_CPU_ATT_SPLIT=0
+ * turns it off (measurements).
  */
 #include <math.h>
 #include <stdatomic.h>
@@ -565,14 +572,20 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  *     running sum and the output by expf(M_old - M_new);
  *   - the V row decoded to f32 and added in f32 (acc += expf(s - M) * v);
  *   - the output divided by the sum, then rotated by H_{v_rot} (iparams[3]).
- * A task is one token and one KV head: the group's query rows share each K
- * tile and each decoded V row. Scores come a tile of PL_ATTQ_JB positions
- * at a time from the K dtype's matmul tile kernel (cache rows as weight
- * rows, the converted query rows as activations).
+ * A task is one token, one KV head and one chunk of positions (the depth
+ * split), or in prefill a block of tokens and one KV head: the task's query
+ * rows share each K tile and each decoded V row. Per tile of PL_ATTQ_JB
+ * positions: the scores from the K dtype's matmul tile kernel (cache rows as
+ * weight rows, the converted query rows as activations), each row's
+ * running-maximum scan with a vector exp (pl_att_scan), then the V step
+ * (AVX-512: pl_cpu_attq_vstep_avx512, accumulators in registers; else
+ * pl_cpu_attq_axpy_avx2). The expf of the scan is the vector exp's, so the
+ * last bits differ from ggml's; the kv goldens hold.
  *
- * Per-thread scratch (pl_attq_per_thread): the converted query rows, then
- * f32 accumulators [group][head_dim], scores [group][PL_ATTQ_JB], the f32 query
- * row and the decoded V row (head_dim each), M and S per query row. */
+ * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
+ * a prefill block's): the converted query rows, then f32 accumulators
+ * [R][head_dim], scores [R][PL_ATTQ_JB], the f32 query row and the decoded V
+ * row (head_dim each), M and S per query row, the scan's flags. */
 #define PL_ATTQ_JB 64
 
 static bool pl_att_quant_dtype(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }
