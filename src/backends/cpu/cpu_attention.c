@@ -41,12 +41,22 @@
  *     registers, an online softmax per row, then O += P V (cpu_attention_avx2.c);
  *   - two-pass (prefill otherwise), described above.
  * PL_CPU_FA=0 / PL_CPU_FLASH=0 switch the first two off (measurements).
+ *
+ * At depth the online path's position-major form (pl_att_online_block) and
+ * the quantized-cache path cut a token's positions into chunks of
+ * PL_ATT_CHUNK, one task each, combined in chunk order
+ * (cpu_attention_split.h): a decode token's attention runs on every thread,
+ * with the same bits for any thread count and batch. PL_CPU_ATT_SPLIT=0
+ * turns it off (measurements).
  */
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_attention_quant.h"
+#include "backends/cpu/cpu_attention_split.h"
 #include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "core/status.h"
@@ -169,24 +179,13 @@ typedef struct pl_att_job {
     bool f16, avx2, avx512, online, flash;
     bool blocked;        /* online, KV heads in blocks of kvb, positions in pieces (pl_att_online_block) */
     int64_t kvb;         /* KV heads per task of the blocked path */
+    pl_att_split *split; /* the blocked path's tasks: tokens x position chunks x KV-head blocks */
     char *scratch;
     size_t per_thread;
     int64_t n_tasks;
     atomic_llong next;
 } pl_att_job;
 
-static inline int32_t pl_att_i32(const pl_tensor *t, int64_t i) {
-    int32_t v;
-    memcpy(&v, (const char *)t->data + i * (int64_t)t->nb[0], sizeof v);
-    return v;
-}
-
-/* The first cache position token position p attends to: 0, or with a
- * sliding window (iparams[4] > 0) p - window + 1. */
-static inline int64_t pl_att_lo(const pl_node *node, int32_t p) {
-    const int w = node->iparams[4];
-    return w > 0 && p - w + 1 > 0 ? (int64_t)p - w + 1 : 0;
-}
 
 /* Tokens per task: enough that a task has about PL_ATT_ROWS query rows. */
 static int64_t pl_att_tb(int64_t group) { return group >= PL_ATT_ROWS ? 1 : PL_ATT_ROWS / group; }
@@ -298,7 +297,7 @@ static void pl_att_query_row(const pl_att_job *j, const float *src, float *dq) {
  * row's maximum *M and sum *sum over earlier positions (-inf and 0 at the
  * start): at a new maximum ms = exp(M_old - M), vs = 1, and e gets the sign
  * tag (-ms); otherwise ms = 1, vs = exp(s - M). newmax: n bytes of scratch. */
-static void pl_att_scan(const pl_att_job *j, float *e, uint8_t *newmax, int64_t n, float *M, float *sum) {
+static void pl_att_scan(bool avx2, float *e, uint8_t *newmax, int64_t n, float *M, float *sum) {
     float Mr = *M;
     for (int64_t i = 0; i < n; i++) {
         const float s = e[i];
@@ -308,8 +307,10 @@ static void pl_att_scan(const pl_att_job *j, float *e, uint8_t *newmax, int64_t 
     }
     *M = Mr;
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (j->avx2) pl_cpu_vexp_avx2(e, n);
+    if (avx2) pl_cpu_vexp_avx2(e, n);
     else
+#else
+    (void)avx2;
 #endif
         for (int64_t i = 0; i < n; i++) e[i] = expf(e[i]);
     float sm = *sum;
@@ -349,7 +350,7 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
     float inv[PL_ATT_RUN_ROWS];
     for (int r = 0; r < R; r++) {
         float M = -INFINITY, sum = 0.0f;
-        pl_att_scan(j, S + r * ldS, newmax, n, &M, &sum);
+        pl_att_scan(j->avx2, S + r * ldS, newmax, n, &M, &sum);
         inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
     }
     float *o0 = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g * j->group + h0) * hd;
@@ -393,12 +394,17 @@ static size_t pl_att_block_scratch(int64_t rows, int64_t hd) {
     return (size_t)rows * ((size_t)PL_ATT_PIECE * 4 + (size_t)hd * 8 + 8) + PL_ATT_PIECE + 64;
 }
 
-static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int64_t g1, char *scratch) {
+/* Positions c0..c1-1 of the token's range (from lo; a chunk, or all of
+ * them); slot: NULL to write the normalised output, else the chunk's
+ * partial slot (cpu_attention_split.h) for the combine. */
+static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int64_t g1, int64_t c0, int64_t c1,
+                                char *scratch, float *slot) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2];
     const int64_t hd = j->head_dim, G = j->group, rows = (g1 - g0) * G;
     const int32_t sq = pl_att_i32(node->src[4], t), p = pl_att_i32(node->src[3], t);
-    const int64_t lo = pl_att_lo(node, p), n = (int64_t)p + 1 - lo;
+    const int64_t lo0 = pl_att_lo(node, p), n_all = (int64_t)p + 1 - lo0;
+    const int64_t lo = lo0 + c0, n = (c1 < n_all ? c1 : n_all) - c0;
     const size_t el = j->f16 ? 2 : 4, ks = k->nb[1], vs = v->nb[1];
     const char *kbase = (const char *)pl_tensor_row(k, lo, sq, 0) + g0 * hd * (int64_t)el;
     const char *vbase = (const char *)pl_tensor_row(v, lo, sq, 0) + g0 * hd * (int64_t)el;
@@ -417,9 +423,16 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
         const int64_t m = n - p0 < PL_ATT_PIECE ? n - p0 : PL_ATT_PIECE;
         pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
                                   PL_ATT_PIECE);
-        for (int64_t r = 0; r < rows; r++) pl_att_scan(j, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
+        for (int64_t r = 0; r < rows; r++) pl_att_scan(j->avx2, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
         pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16, hd,
                                  A);
+    }
+    if (slot) {   /* the chunk's partial: A, M and the sum of each row (head g0 * G + r) */
+        const int64_t H = j->n_head;
+        memcpy(slot + g0 * G * hd, A, (size_t)(rows * hd) * sizeof(float));
+        memcpy(slot + H * hd + g0 * G, M, (size_t)rows * sizeof(float));
+        memcpy(slot + H * hd + H + g0 * G, sum, (size_t)rows * sizeof(float));
+        return;
     }
     for (int64_t r = 0; r < rows; r++) {
         float *o = (float *)pl_tensor_row(node->dst, t, 0, 0) + (g0 * G + r) * hd;
@@ -431,9 +444,14 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
 
 static void pl_att_task_run(const pl_att_job *j, int64_t task, float *S, float *O, uint8_t *flags) {
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (j->blocked) {   /* token-major, then blocks of kvb KV heads */
-        const int64_t nb = (j->n_kv_head + j->kvb - 1) / j->kvb, t = task / nb, g0 = (task % nb) * j->kvb;
-        pl_att_online_block(j, t, g0, g0 + j->kvb < j->n_kv_head ? g0 + j->kvb : j->n_kv_head, (char *)S);
+    if (j->blocked) {   /* token-major, then chunks of positions, then blocks of kvb KV heads */
+        int64_t t, u, c, nch;
+        float *slot;
+        pl_att_split_task(j->split, task, &t, &u, &c, &nch, &slot);
+        const int64_t g0 = u * j->kvb;
+        pl_att_online_block(j, t, g0, g0 + j->kvb < j->n_kv_head ? g0 + j->kvb : j->n_kv_head,
+                            nch > 1 ? c * PL_ATT_CHUNK : 0, nch > 1 ? (c + 1) * PL_ATT_CHUNK : INT64_MAX, (char *)S,
+                            slot);
         return;
     }
 #endif
@@ -522,6 +540,7 @@ static bool pl_att_use_flash(const pl_node *node) {
 static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group; }
 
 int pl_cpu_att_blocked_mode = -1;
+int pl_cpu_att_split_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -553,14 +572,20 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  *     running sum and the output by expf(M_old - M_new);
  *   - the V row decoded to f32 and added in f32 (acc += expf(s - M) * v);
  *   - the output divided by the sum, then rotated by H_{v_rot} (iparams[3]).
- * A task is one token and one KV head: the group's query rows share each K
- * tile and each decoded V row. Scores come a tile of PL_ATTQ_JB positions
- * at a time from the K dtype's matmul tile kernel (cache rows as weight
- * rows, the converted query rows as activations).
+ * A task is one token, one KV head and one chunk of positions (the depth
+ * split), or in prefill a block of tokens and one KV head: the task's query
+ * rows share each K tile and each decoded V row. Per tile of PL_ATTQ_JB
+ * positions: the scores from the K dtype's matmul tile kernel (cache rows as
+ * weight rows, the converted query rows as activations), each row's
+ * running-maximum scan with a vector exp (pl_att_scan), then the V step
+ * (AVX-512: pl_cpu_attq_vstep_avx512, accumulators in registers; else
+ * pl_cpu_attq_axpy_avx2). The expf of the scan is the vector exp's, so the
+ * last bits differ from ggml's; the kv goldens hold.
  *
- * Per-thread scratch (pl_attq_per_thread): the converted query rows, then
- * f32 accumulators [group][head_dim], scores [group][PL_ATTQ_JB], the f32 query
- * row and the decoded V row (head_dim each), M and S per query row. */
+ * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
+ * a prefill block's): the converted query rows, then f32 accumulators
+ * [R][head_dim], scores [R][PL_ATTQ_JB], the f32 query row and the decoded V
+ * row (head_dim each), M and S per query row, the scan's flags. */
 #define PL_ATTQ_JB 64
 
 static bool pl_att_quant_dtype(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }
@@ -576,13 +601,21 @@ static size_t pl_attq_qrow(const pl_cpu_mm_type *kt, int64_t hd) {
     return (b + 63) & ~(size_t)63;
 }
 
+/* Prefill (a batch of at least PL_ATT_ONLINE_TOK tokens, not batch-
+ * invariant, no window): a task takes a block of tokens of one KV head, so
+ * each K tile's score call has tb * group query rows as columns and each V
+ * row is decoded once for all of them. */
+#define PL_ATTQ_BLOCK_ROWS 64
+static int64_t pl_attq_tb(int64_t group) { return group >= PL_ATTQ_BLOCK_ROWS ? 1 : PL_ATTQ_BLOCK_ROWS / group; }
+
 static size_t pl_attq_per_thread(const pl_node *node) {
     const int64_t hd = node->src[0]->ne[0];
     const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
     const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
     const pl_cpu_mm_type *kt = pl_cpu_mm_type_get(node->src[1]->dtype);
-    size_t b = (size_t)group * pl_attq_qrow(kt, hd);
-    b += ((size_t)group * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float);
+    const int64_t rows = group > pl_attq_tb(group) * group ? group : pl_attq_tb(group) * group;
+    size_t b = (size_t)rows * pl_attq_qrow(kt, hd);
+    b += ((size_t)rows * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float) + PL_ATTQ_JB;
     return (b + 127) & ~(size_t)63;
 }
 
@@ -592,7 +625,10 @@ typedef struct pl_attq_job {
     int64_t hd, n_tok, n_kv_head, group;
     size_t qrow, per_thread;
     float scale;
-    bool avx2;
+    bool avx2, v512;
+    bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
+    int64_t tb, n_blocks;
+    pl_att_split *split;   /* otherwise tasks: tokens x position chunks x KV heads */
     char *scratch;
     int64_t n_tasks;
     atomic_llong next;
@@ -610,20 +646,55 @@ static const float *pl_attq_vrow(pl_dtype t, const char *src, float *buf, int64_
     return buf;
 }
 
-static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
+/* The V step without the AVX-512 kernel: per position the V row decoded
+ * once, then each query row's update (e: the scan's tagged weights). */
+static void pl_attq_vstep(const pl_attq_job *j, int64_t R, const float *E, int64_t n, const char *v, size_t vs,
+                          float *vf, float *acc) {
+    const int64_t hd = j->hd;
+    for (int64_t i = 0; i < n; i++) {
+        const float *vr = pl_attq_vrow(j->node->src[2]->dtype, v + i * vs, vf, hd, j->avx2);
+        for (int64_t r = 0; r < R; r++) {
+            const float w = E[r * PL_ATTQ_JB + i];
+            const float ms = signbit(w) ? -w : 1.0f, vw = signbit(w) ? 1.0f : w;
+            float *a = acc + r * hd;
+#if PL_CPU_HAVE_AVX2_BUILD
+            if (j->avx2) {
+                pl_cpu_attq_axpy_avx2(a, vr, ms, vw, hd);   /* hd % 32 == 0 here */
+                continue;
+            }
+#endif
+            if (ms != 1.0f)
+                for (int64_t d = 0; d < hd; d++) a[d] *= ms;
+            for (int64_t d = 0; d < hd; d++) a[d] += vw * vr[d];
+        }
+    }
+}
+
+/* Token t, KV head g, one chunk of its positions (or all of them). Per tile
+ * of PL_ATTQ_JB positions: the scores of the group's query rows, each row's
+ * running-maximum scan with a vector exp (pl_att_scan: its maximum and sum
+ * carried over), then the V step (each V row decoded once for the group). */
+static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g, int64_t c, int64_t nch,
+                         float *slot, char *scr) {
     const pl_node *node = j->node;
     const pl_tensor *q = node->src[0], *k = node->src[1], *v = node->src[2], *dst = node->dst;
-    const int64_t hd = j->hd, R = j->group;
-    const int64_t t = j->n_tok - 1 - task / j->n_kv_head, g = task % j->n_kv_head;
+    const int64_t hd = j->hd, G = j->group, R = (t1 - t0) * G;
     const int k_rot = node->iparams[2], v_rot = node->iparams[3];
-    const int32_t p = pl_att_i32(node->src[3], t), sq = pl_att_i32(node->src[4], t);
+    /* rows r = (t - t0) * G + h, the tokens of one slot; p: their largest
+     * position (a block's positions need not increase) */
+    int32_t p = pl_att_i32(node->src[3], t0);
+    const int32_t sq = pl_att_i32(node->src[4], t0);
+    for (int64_t t = t0 + 1; t < t1; t++)
+        if (pl_att_i32(node->src[3], t) > p) p = pl_att_i32(node->src[3], t);
     char *qc = scr;
     float *acc = (float *)(scr + (size_t)R * j->qrow);   /* [R][hd] */
     float *sc = acc + R * hd;                             /* [R][PL_ATTQ_JB] */
     float *qf = sc + R * PL_ATTQ_JB, *vf = qf + hd;
     float *M = vf + hd, *S = M + R;
+    uint8_t *flags = (uint8_t *)(S + R);
     for (int64_t r = 0; r < R; r++) {
-        const float *src = (const float *)((const char *)q->data + (g * R + r) * q->nb[1] + t * q->nb[2]);
+        const int64_t t = t0 + r / G;
+        const float *src = (const float *)((const char *)q->data + (g * G + r % G) * q->nb[1] + t * q->nb[2]);
         memcpy(qf, src, (size_t)hd * sizeof(float));
         if (k_rot) pl_hadamard_rows(qf, hd, k_rot);
         if (j->kt->from_float) j->kt->from_float(qf, qc + r * j->qrow, hd);
@@ -636,8 +707,11 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
     const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
     const int max_nr = j->kt->max_nr, max_nc = j->kt->max_nc;
-    for (int64_t j0 = pl_att_lo(node, p); j0 <= p; j0 += PL_ATTQ_JB) {
-        const int64_t n = p + 1 - j0 < PL_ATTQ_JB ? p + 1 - j0 : PL_ATTQ_JB;
+    const int64_t lo = pl_att_lo(node, pl_att_i32(node->src[3], t0));
+    const int64_t b0 = lo + (nch > 1 ? c * PL_ATT_CHUNK : 0);
+    const int64_t b1 = nch > 1 && lo + (c + 1) * PL_ATT_CHUNK <= p ? lo + (c + 1) * PL_ATT_CHUNK - 1 : p;
+    for (int64_t j0 = b0; j0 <= b1; j0 += PL_ATTQ_JB) {
+        const int64_t n = b1 + 1 - j0 < PL_ATTQ_JB ? b1 + 1 - j0 : PL_ATTQ_JB;
         /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
@@ -647,46 +721,63 @@ static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
                               sc + c0 * PL_ATTQ_JB + i0, PL_ATTQ_JB);
             }
         }
-        for (int64_t i = 0; i < n; i++) {
-            const float *vr = pl_attq_vrow(v->dtype, vb + (j0 + i) * v->nb[1], vf, hd, j->avx2);
-            for (int64_t r = 0; r < R; r++) {
-                const float s = sc[r * PL_ATTQ_JB + i] * j->scale;
-                float ms = 1.0f, vs = 1.0f;
-                float *a = acc + r * hd;
-                if (s > M[r]) {
-                    ms = expf(M[r] - s);   /* 0 on the first position (M = -inf) */
-                    M[r] = s;
-                } else {
-                    vs = expf(s - M[r]);
-                }
-#if PL_CPU_HAVE_AVX2_BUILD
-                if (j->avx2) {
-                    pl_cpu_attq_axpy_avx2(a, vr, ms, vs, hd);   /* hd % 32 == 0 here */
-                } else
-#endif
-                {
-                    if (ms != 1.0f)
-                        for (int64_t d = 0; d < hd; d++) a[d] *= ms;
-                    for (int64_t d = 0; d < hd; d++) a[d] += vs * vr[d];
-                }
-                S[r] = S[r] * ms + vs;
-            }
+        for (int64_t r = 0; r < R; r++) {
+            float *e = sc + r * PL_ATTQ_JB;
+            /* the row's own causal end: weight +0 past it (a block's earlier tokens) */
+            const int64_t pr = pl_att_i32(node->src[3], t0 + r / G);
+            const int64_t nr_ = pr + 1 - j0 < 0 ? 0 : pr + 1 - j0 < n ? pr + 1 - j0 : n;
+            for (int64_t i = 0; i < nr_; i++) e[i] *= j->scale;
+            if (nr_ > 0) pl_att_scan(j->avx2, e, flags, nr_, &M[r], &S[r]);
+            for (int64_t i = nr_; i < n; i++) e[i] = 0.0f;
         }
+        const char *vt = vb + j0 * v->nb[1];
+#if PL_CPU_HAVE_AVX2_BUILD
+        if (j->v512 && pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, v->dtype, vt, v->nb[1], hd, acc)) continue;
+#endif
+        pl_attq_vstep(j, R, sc, n, vt, v->nb[1], vf, acc);
+    }
+    if (slot) {   /* the chunk's partial (cpu_attention_split.h; one token); the combine normalises and rotates */
+        const int64_t H = j->n_kv_head * G;
+        memcpy(slot + g * G * hd, acc, (size_t)(G * hd) * sizeof(float));
+        memcpy(slot + H * hd + g * G, M, (size_t)G * sizeof(float));
+        memcpy(slot + H * hd + H + g * G, S, (size_t)G * sizeof(float));
+        return;
     }
     for (int64_t r = 0; r < R; r++) {
-        float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * R + r) * hd;
+        const int64_t t = t0 + r / G;
+        float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * G + r % G) * hd;
         const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
         for (int64_t d = 0; d < hd; d++) out[d] = acc[r * hd + d] * inv;
         if (v_rot) pl_hadamard_rows(out, hd, v_rot);
     }
 }
 
+static void pl_attq_run(const pl_attq_job *j, int64_t task, char *scr) {
+    if (j->block) {   /* KV-head-major; a block of tokens split into runs of one slot */
+        const int64_t g = task / j->n_blocks, b = task % j->n_blocks;
+        const int64_t t_lo = b * j->tb, t_hi = t_lo + j->tb < j->n_tok ? t_lo + j->tb : j->n_tok;
+        for (int64_t t0 = t_lo; t0 < t_hi;) {
+            const int32_t sq = pl_att_i32(j->node->src[4], t0);
+            int64_t t1 = t0 + 1;
+            while (t1 < t_hi && pl_att_i32(j->node->src[4], t1) == sq) t1++;
+            pl_attq_rows(j, t0, t1, g, 0, 1, NULL, scr);
+            t0 = t1;
+        }
+        return;
+    }
+    int64_t t, g, c, nch;
+    float *slot;
+    pl_att_split_task(j->split, task, &t, &g, &c, &nch, &slot);
+    pl_attq_rows(j, t, t + 1, g, c, nch, slot, scr);
+}
+
 static void pl_attq_task(void *arg, int ith, int nth) {
     pl_attq_job *j = arg;
     char *scr = j->scratch + (size_t)ith * j->per_thread;
+    /* from the last task backwards: the longest tokens first */
     for (int64_t id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed); id < j->n_tasks;
          id = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed))
-        pl_attq_run(j, id, scr);
+        pl_attq_run(j, j->n_tasks - 1 - id, scr);
     (void)nth;
 }
 
@@ -712,16 +803,52 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     job.per_thread = pl_attq_per_thread(node);
     job.scale = node->fparams[0];
     job.avx2 = PL_CPU_HAVE_AVX2_BUILD && pl_cpu_has_avx2();
-    job.n_tasks = job.n_tok * job.n_kv_head;
+    static int sw_v512 = -1, sw_split = -1;
+    if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATTQ_V512"), sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
+    job.v512 = job.avx2 && sw_v512 && pl_cpu_has_vnni512();
+    static int sw_block = -1;
+    if (sw_block < 0) sw_block = pl_cpu_switch("PL_CPU_ATTQ_BLOCK");
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
-    const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
+    const int use = nth > 1 ? nth : 1;
     pl_cpu_scratch scratch;
-    PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
+    job.block = sw_block && job.n_tok >= PL_ATT_ONLINE_TOK && !node->iparams[1] && node->iparams[4] <= 0;
+    if (job.block) {
+        job.tb = pl_attq_tb(job.group);
+        job.n_blocks = (job.n_tok + job.tb - 1) / job.tb;
+        job.n_tasks = job.n_blocks * job.n_kv_head;
+        PL_TRY(pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch));
+        job.scratch = scratch.ptr;
+        atomic_init(&job.next, 0);
+        if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
+        else pl_attq_task(&job, 0, 1);
+        pl_cpu_scratch_release(&scratch);
+        return PL_OK;
+    }
+    pl_att_split split;
+    void *mem = NULL;
+    PL_TRY(pl_att_split_init(&split, node, job.n_kv_head,
+                             pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split, &mem));
+    job.split = &split;
+    pl_status st = pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch);
+    if (st != PL_OK) { free(mem); return st; }
     job.scratch = scratch.ptr;
-    atomic_init(&job.next, 0);
-    if (use > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
-    else pl_attq_task(&job, 0, 1);
+    const pl_tensor *dst = node->dst;
+    for (int64_t t0 = 0; t0 < job.n_tok; t0 = split.t1) {
+        pl_att_split_round(&split, t0);
+        job.n_tasks = split.n_tasks;
+        atomic_init(&job.next, 0);
+        if (use > 1 && job.n_tasks > 1) pl_threadpool_run_elastic(ctx->pool, pl_attq_task, &job);
+        else pl_attq_task(&job, 0, 1);
+        pl_att_split_combine(&split);
+        if (node->iparams[3])   /* the split tokens' V rotation, after their combine */
+            for (int64_t t = split.t0; t < split.t1; t++) {
+                if (split.slot_pref[t - split.t0 + 1] - split.slot_pref[t - split.t0] < 2) continue;
+                float *out = (float *)((char *)dst->data + t * dst->nb[1]);
+                for (int64_t h = 0; h < q->ne[1]; h++) pl_hadamard_rows(out + h * job.hd, job.hd, node->iparams[3]);
+            }
+    }
     pl_cpu_scratch_release(&scratch);
+    free(mem);
     return PL_OK;
 }
 
@@ -749,6 +876,32 @@ size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
     if (!node->src[0] || !node->src[1] || !node->src[2]) return 0;
     const size_t per = pl_att_is_quant(node) ? pl_attq_per_thread(node) : pl_att_per_thread(node);
     return per * (size_t)(n_threads < 1 ? 1 : n_threads) + 64;
+}
+
+/* The blocked path's driver: rounds of tokens (their chunk partials fit
+ * the split's slots), each a parallel run of its tasks then the combine in
+ * chunk order. */
+static pl_status pl_att_blocked_run(pl_exec_ctx *ctx, pl_att_job *job, int nth, bool split_on) {
+    pl_att_split split;
+    void *mem = NULL;
+    PL_TRY(pl_att_split_init(&split, job->node, (job->n_kv_head + job->kvb - 1) / job->kvb, split_on, &mem));
+    job->split = &split;
+    const int use = nth > 1 ? nth : 1;
+    pl_cpu_scratch scratch;
+    pl_status st = pl_cpu_scratch_get(ctx, job->per_thread * (size_t)use, &scratch);
+    if (st != PL_OK) { free(mem); return st; }
+    job->scratch = scratch.ptr;
+    for (int64_t t0 = 0; t0 < job->n_tok; t0 = split.t1) {
+        pl_att_split_round(&split, t0);
+        job->n_tasks = split.n_tasks;
+        atomic_init(&job->next, 0);
+        if (use > 1 && job->n_tasks > 1) pl_threadpool_run_elastic(ctx->pool, pl_att_task, job);
+        else pl_att_task(job, 0, 1);
+        pl_att_split_combine(&split);
+    }
+    pl_cpu_scratch_release(&scratch);
+    free(mem);
+    return PL_OK;
 }
 
 pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
@@ -807,7 +960,11 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
         const int64_t most = PL_ATT_BLOCK_ROWS / job.group;
         job.kvb = n_kv_head < most ? n_kv_head : most;
         job.blocked = true;
-        job.n_tasks = job.n_tok * ((n_kv_head + job.kvb - 1) / job.kvb);
+        /* at depth, each token's positions in chunks (cpu_attention_split.h):
+         * a decode token's attention spreads over the threads */
+        static int sw_split = -1;
+        if (sw_split < 0) sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
+        return pl_att_blocked_run(ctx, &job, nth, pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split);
     }
     const int use = nth > 1 && job.n_tasks > 1 ? nth : 1;
     pl_cpu_scratch scratch;

@@ -1,0 +1,217 @@
+/*
+ * Decode attention split over the cache positions (cpu_attention_split.h):
+ *   - a decode token at depth (several chunks of PL_ATT_CHUNK positions,
+ *     with and without a sliding window) gives the same bits on 1, 2 and 4
+ *     threads, and the same bits alone as in a batch with tokens of other
+ *     sequences at other depths (the server's batch invariance);
+ *   - the split is taken: at depth its result differs from the unsplit
+ *     one (the combine rounds differently), both near ref;
+ *   - at most PL_ATT_CHUNK positions the split changes nothing (one chunk:
+ *     llama.cpp's decode steps, bit for bit, which the goldens check);
+ *   - the same for the quantized (q8_0, q4_0) cache path, with and without
+ *     the Hadamard rotation (the split tokens' V rotation after the combine),
+ *     and its prefill (token blocks) against ref.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "testutil.h"
+#include "ophelpers.h"
+#include "backends/cpu/cpu_attention_split.h"
+#include "backends/cpu/cpu_internal.h"
+#include "core/fp16.h"
+#include "graph/graph.h"
+#include "kernels/abi.h"
+#include "quant/quant.h"
+
+extern const pl_backend pl_backend_cpu;
+
+static pl_status run_on(const pl_backend *b, pl_exec_ctx *ctx, const pl_node *n) {
+    const pl_kernel *k = pl_backend_lookup(b, n->op, pl_node_key_dtype(n));
+    if (!k) return PL_ERR_UNSUPPORTED;
+    return k->run(ctx, n);
+}
+
+static pl_exec_ctx *cpu_ctx(int nth, size_t work) {
+    pl_exec_ctx *ctx = NULL;
+    if (pl_backend_cpu.ctx_create(nth, &ctx) != PL_OK) return NULL;
+    ctx->work_size = work;
+    ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
+    return ctx;
+}
+
+static void cpu_ctx_free(pl_exec_ctx *ctx) {
+    if (!ctx) return;
+    free(ctx->work);
+    ctx->work = NULL;
+    pl_backend_cpu.ctx_free(ctx);
+}
+
+/* Qwen3-0.6B attention shapes: hd 128, 16 query heads, 8 KV heads. */
+enum { HD = 128, NH = 16, NKV = 8, KVD = NKV * HD, NSEQ = 3 };
+
+typedef struct att_case {
+    pl_dtype cache;
+    int64_t n_ctx;
+    char *kc, *vc;
+    float *q;            /* NH x HD x 3 tokens */
+    size_t row;          /* bytes per cache row (all KV heads) */
+} att_case;
+
+static att_case make_case(pl_dtype cache, int64_t n_ctx, uint64_t seed) {
+    att_case c = {.cache = cache, .n_ctx = n_ctx};
+    pl_rng r = {seed};
+    c.row = pl_dtype_row_size(cache, KVD);
+    c.kc = malloc(c.row * (size_t)(n_ctx * NSEQ));
+    c.vc = malloc(c.row * (size_t)(n_ctx * NSEQ));
+    c.q = malloc(sizeof(float) * HD * NH * 3);
+    pl_fill_normal(&r, c.q, HD * NH * 3, 1.0f);
+    float tmp[KVD];
+    for (int64_t i = 0; i < n_ctx * NSEQ; i++) {
+        pl_fill_normal(&r, tmp, KVD, 2.0f);
+        pl_quantize_row(cache, tmp, c.kc + (size_t)i * c.row, KVD);
+        pl_fill_normal(&r, tmp, KVD, 1.0f);
+        pl_quantize_row(cache, tmp, c.vc + (size_t)i * c.row, KVD);
+    }
+    return c;
+}
+
+static void free_case(att_case *c) { free(c->kc); free(c->vc); free(c->q); }
+
+/* Runs nt tokens (query rows 0..nt-1 of c.q) at pos / seq on backend b
+ * (NULL: cpu with nth threads) into out [nt][NH*HD]. */
+static int g_rot;   /* the Hadamard rotation of K and V (quantized caches): iparams[2], [3] */
+
+static void run_att(const att_case *c, int nt, const int32_t *pos, const int32_t *seq, int window, const char *be,
+                    int nth, float *out) {
+    pl_tensor tq, tk, tv, tp, ts, td;
+    pl_tensor_init(&tq, PL_F32, 3, (int64_t[]){HD, NH, nt}, c->q);
+    pl_tensor_init(&tk, c->cache, 3, (int64_t[]){KVD, c->n_ctx, NSEQ}, c->kc);
+    pl_tensor_init(&tv, c->cache, 3, (int64_t[]){KVD, c->n_ctx, NSEQ}, c->vc);
+    pl_tensor_init(&tp, PL_I32, 1, (int64_t[]){nt}, (void *)pos);
+    pl_tensor_init(&ts, PL_I32, 1, (int64_t[]){nt}, (void *)seq);
+    pl_tensor_init(&td, PL_F32, 2, (int64_t[]){HD * NH, nt}, out);
+    pl_node nd = {.op = PL_OP_ATTENTION, .src = {&tq, &tk, &tv, &tp, &ts}, .dst = &td};
+    nd.iparams[0] = NKV;
+    nd.iparams[4] = window;
+    nd.iparams[2] = nd.iparams[3] = g_rot;
+    nd.fparams[0] = 1.0f / sqrtf((float)HD);
+    memset(out, 0xff, sizeof(float) * HD * NH * (size_t)nt);
+    if (be) {
+        const pl_backend *ref = pl_backend_find(be);
+        pl_exec_ctx *ctx = NULL;
+        CHECK(ref->ctx_create(1, &ctx) == PL_OK, "ref ctx");
+        CHECK(run_on(ref, ctx, &nd) == PL_OK, "ref attention");
+        ref->ctx_free(ctx);
+        return;
+    }
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_ATTENTION, pl_node_key_dtype(&nd));
+    pl_exec_ctx *ctx = cpu_ctx(nth, k->work_size(&nd, nth));
+    CHECK(run_on(&pl_backend_cpu, ctx, &nd) == PL_OK, "cpu attention %s, %d threads", pl_dtype_name(c->cache), nth);
+    cpu_ctx_free(ctx);
+}
+
+/* Token 0 at position p of slot 0 (window w): alone on 1 / 2 / 4 threads,
+ * and as token 1 of a batch with tokens of slots 1 and 2 at other depths. */
+static void check_case(pl_dtype cache, int32_t p, int window, double nmse_max) {
+    const int64_t n_ctx = p + 700;
+    att_case c = make_case(cache, n_ctx, (uint64_t)(p * 31 + window + cache));
+    const size_t tok = (size_t)HD * NH;
+    float *ref = malloc(tok * 4), *one[3], *batch = malloc(3 * tok * 4), *unsplit = malloc(tok * 4);
+    const int32_t pos1[1] = {p}, seq1[1] = {0};
+    run_att(&c, 1, pos1, seq1, window, "ref", 1, ref);
+    const int threads[3] = {1, 2, 4};
+    for (int i = 0; i < 3; i++) {
+        one[i] = malloc(tok * 4);
+        run_att(&c, 1, pos1, seq1, window, NULL, threads[i], one[i]);
+        CHECK(memcmp(one[i], one[0], tok * 4) == 0, "%s p=%d w=%d: %d threads == 1 thread bit for bit",
+              pl_dtype_name(cache), p, window, threads[i]);
+    }
+    /* the same query row as token 1 of a batch: query rows are per token,
+     * so put it there */
+    float *q0 = c.q;
+    float *qb = malloc(3 * tok * 4);
+    memcpy(qb, q0 + tok, tok * 4);
+    memcpy(qb + tok, q0, tok * 4);
+    memcpy(qb + 2 * tok, q0 + 2 * tok, tok * 4);
+    c.q = qb;
+    const int32_t posb[3] = {p + 517, p, 37}, seqb[3] = {1, 0, 2};
+    for (int nth = 1; nth <= 2; nth++) {
+        run_att(&c, 3, posb, seqb, window, NULL, nth, batch);
+        CHECK(memcmp(batch + tok, one[0], tok * 4) == 0, "%s p=%d w=%d: in a batch of 3 (%d threads) == alone",
+              pl_dtype_name(cache), p, window, nth);
+    }
+    c.q = q0;
+    free(qb);
+    const double e = pl_nmse(one[0], ref, (int64_t)tok);
+    CHECK(e < nmse_max, "%s p=%d w=%d: nmse %g vs ref", pl_dtype_name(cache), p, window, e);
+    pl_cpu_att_split_mode = 0;
+    run_att(&c, 1, pos1, seq1, window, NULL, 2, unsplit);
+    pl_cpu_att_split_mode = -1;
+    const int64_t n = (int64_t)p + 1 - (window > 0 && p - window + 1 > 0 ? p - window + 1 : 0);
+    const bool same = memcmp(unsplit, one[0], tok * 4) == 0;
+    if (n <= PL_ATT_CHUNK)
+        CHECK(same, "%s p=%d w=%d: one chunk == unsplit bit for bit", pl_dtype_name(cache), p, window);
+    else
+        CHECK(!same, "%s p=%d w=%d: %lld positions are split (differs from the unsplit rounding)",
+              pl_dtype_name(cache), p, window, (long long)n);
+    /* the unsplit f16 accumulator rounds over all positions: a looser bound */
+    const double eu = pl_nmse(unsplit, ref, (int64_t)tok);
+    CHECK(eu < 4 * nmse_max, "%s p=%d w=%d: unsplit nmse %g vs ref", pl_dtype_name(cache), p, window, eu);
+    for (int i = 0; i < 3; i++) free(one[i]);
+    free(ref); free(batch); free(unsplit);
+    free_case(&c);
+}
+
+/* Prefill through the quantized-cache path (a batch of >= 64 tokens: tasks
+ * of token blocks x KV head, each row with its own causal end): nt tokens of
+ * slot 0 from position p0, then 9 of slot 1 at decreasing positions 24..0, against ref, on 1 and 2
+ * threads (the same bits). */
+static void check_prefill(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
+    att_case c = make_case(cache, p0 + nt + 16, (uint64_t)(nt * 7 + p0));
+    const int ntot = nt + 9;
+    float *q3 = c.q;
+    c.q = malloc(sizeof(float) * HD * NH * (size_t)ntot);
+    pl_rng r = {(uint64_t)p0};
+    pl_fill_normal(&r, c.q, HD * NH * ntot, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntot), *seq = malloc(sizeof(int32_t) * (size_t)ntot);
+    for (int t = 0; t < ntot; t++) {
+        seq[t] = t >= nt;
+        pos[t] = t >= nt ? (ntot - 1 - t) * 3 : p0 + t;   /* slot 1: decreasing positions */
+    }
+    const size_t sz = sizeof(float) * HD * NH * (size_t)ntot;
+    float *ref = malloc(sz), *o1 = malloc(sz), *o2 = malloc(sz);
+    run_att(&c, ntot, pos, seq, 0, "ref", 1, ref);
+    run_att(&c, ntot, pos, seq, 0, NULL, 1, o1);
+    run_att(&c, ntot, pos, seq, 0, NULL, 2, o2);
+    CHECK(memcmp(o1, o2, sz) == 0, "%s prefill %d from %d: 2 threads == 1", pl_dtype_name(cache), nt, p0);
+    const double e = pl_nmse(o1, ref, (int64_t)HD * NH * ntot);
+    CHECK(e < nmse_max, "%s prefill %d from %d (rot %d): nmse %g vs ref", pl_dtype_name(cache), nt, p0, g_rot, e);
+    free(ref); free(o1); free(o2); free(pos); free(seq);
+    free(c.q);
+    c.q = q3;
+    free_case(&c);
+}
+
+int main(void) {
+    check_case(PL_F16, 300, 0, 1e-5);    /* one chunk */
+    check_case(PL_F16, 511, 0, 1e-5);    /* exactly one chunk (512 positions) */
+    check_case(PL_F16, 512, 0, 1e-5);    /* two chunks, the second of one position */
+    check_case(PL_F16, 1300, 0, 1e-5);   /* three chunks, a tail of 277 */
+    check_case(PL_F16, 2100, 700, 1e-5); /* a window: 700 positions from 1401, two chunks */
+    check_case(PL_F32, 1100, 0, 1e-9);
+    /* the quantized-cache path: the query rounded to q8_0, f32 V sums */
+    check_case(PL_Q8_0, 300, 0, 1e-5);
+    check_case(PL_Q8_0, 1300, 0, 1e-5);
+    check_case(PL_Q4_0, 1100, 0, 1e-5);
+    check_case(PL_Q8_0, 2100, 700, 1e-5);
+    g_rot = HD;   /* llama.cpp's default rotation of quantized caches */
+    check_case(PL_Q8_0, 1300, 0, 1e-5);
+    check_case(PL_Q4_0, 400, 0, 1e-5);
+    check_prefill(PL_Q8_0, 100, 250, 1e-5);
+    check_prefill(PL_Q4_0, 70, 0, 1e-5);
+    g_rot = 0;
+    check_prefill(PL_Q8_0, 64, 40, 1e-5);
+    return pl_test_summary("test_attention_split");
+}
