@@ -744,6 +744,8 @@ int main(void) {
     test_prepared_matmul(PL_IQ1_M, 1280, 136);  /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ2_S, 1024, 64);
     test_prepared_matmul(PL_IQ2_S, 768, 40);    /* an odd block count, a padded last panel */
+    test_prepared_matmul(PL_Q5_K, 1024, 64);
+    test_prepared_matmul(PL_Q5_K, 768, 136);    /* an odd block count, a padded last panel */
     /* qwen3moe experts: the types Q4_K_M gives them (q4_K gate/up, q6_K down
      * or its q5_0 / q8_0 fallbacks for 128-wide rows) and f16 */
     test_prepared_matmul_id(PL_Q4_K, 256, 128, 8, 2);
@@ -752,6 +754,7 @@ int main(void) {
     test_prepared_matmul_id(PL_Q5_0, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q4_1, 128, 256, 8, 2);
     test_prepared_matmul_id(PL_Q8_0, 128, 256, 8, 2);  /* no prepared layout: the plain kernels */
+    test_prepared_matmul_id(PL_Q5_K, 256, 72, 6, 2);   /* a padded last panel */
     for (int64_t M = 1; M <= 9; M += 8) {
         test_fusion(PL_Q4_K, M, 256);
         test_fusion(PL_Q6_K, M, 256);
@@ -774,6 +777,8 @@ int main(void) {
         test_fusion(PL_IQ1_S, M, 136);
         test_fusion(PL_IQ1_M, M, 256);
         test_fusion(PL_IQ2_S, M, 136);
+        test_fusion(PL_Q5_K, M, 256);
+        test_fusion2(PL_Q5_K, PL_Q6_K, M, 136);   /* Q5_K_M's mix, one q8_K conversion */
     }
     test_attention_prefill(PL_F16, 128, 16, 8, 100, 0, 0);
     test_attention_prefill(PL_F16, 128, 4, 2, 160, 37, 0);

@@ -215,12 +215,33 @@ typedef struct pl_q3kx16 {
 } pl_q3kx16;
 _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whole cache lines per panel block");
 
+/* q5_K -> pl_q5kx16 (16 rows per block of 256 k; kernels in
+ * cpu_packed_avx2.c beside q4_K's, activations pl_q8kx): q4_K's layout
+ * (scales and mins unpacked to bytes, the low nibbles as pl_q4kx16.qs) plus
+ * the fifth bits, one vector per group g of 32 k: byte 4*r + e, bit c holds
+ * the high bit of element 4c + e of group g of row r (chunk c), as
+ * pl_q50x16.qh. The high-bit vectors come before the nibbles: a decode sweep
+ * reads each block forward. 2880 bytes per panel block (45 cache lines;
+ * 1.02x the 16 original blocks: the scales and mins unpacked). Exactly the
+ * file's numbers. Decode from memory runs at the bandwidth ceiling either
+ * way (the unprepared AVX-512 tile already did); the layout pays off in
+ * prefill (pp64 2.2x on Q5_K_M, 1 thread). */
+typedef struct pl_q5kx16 {
+    uint16_t d[16], dmin[16];   /* f16, per row */
+    uint8_t sc[8][16];          /* [group][row] */
+    uint8_t m[4][16][2];        /* [group pair][row][group & 1] */
+    uint8_t qh[8][64];          /* [group][4*row + e], bit c: chunk c */
+    uint8_t qs[4][8][64];       /* [vector][group][4*row + e], as pl_q4kx16.qs */
+} pl_q5kx16;
+_Static_assert(sizeof(pl_q5kx16) % 64 == 0, "whole cache lines per panel block");
+
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,
                                 PL_PACK_Q2K_X16, PL_PACK_Q3K_X16, PL_PACK_TQ_X16, PL_PACK_TQ1_X16,
                                 PL_PACK_IQ2XXS_X16, PL_PACK_IQ2XSX_X16, PL_PACK_IQ1SX_X16,
                                 PL_PACK_IQ1MX_X16, PL_PACK_IQ2SX_X16,
-                                PL_PACK_Q41_X16, PL_PACK_Q51_X16 } pl_cpu_pack_kind;
+                                PL_PACK_Q41_X16, PL_PACK_Q51_X16,
+                                PL_PACK_Q5K_X16 } pl_cpu_pack_kind;
 
 typedef struct pl_cpu_packed {
     const void *orig;           /* the original tensor's data pointer (the lookup key) */
@@ -266,6 +287,8 @@ bool pl_cpu_repack_enabled(void);
  * decode-to-f32 path, unprepared (cpu_matmul_legacy.c; before/after runs). */
 bool pl_cpu_legacy_enabled(void);
 bool pl_cpu_switch(const char *name);
+/* PL_CPU_Q5K=0: q5_K keeps its unprepared tiles (before/after runs). */
+bool pl_cpu_q5k_enabled(void);
 /* The blocked decode attention (cpu_attention.c): -1 follows the switch
  * PL_CPU_ATT_BLOCK; tests set 0 (off) or 1 (on where it applies). */
 extern int pl_cpu_att_blocked_mode;
@@ -305,6 +328,8 @@ void pl_cpu_gemm_q2kx16_vnni(int64_t K, const pl_q2kx16 *w, int64_t p0, int64_t 
 void pl_cpu_gemm_q3kx16_vnni(int64_t K, const pl_q3kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                             int64_t c0, int64_t c1, float *dst, int64_t N);
+void pl_cpu_gemm_q5kx16_vnni(int64_t K, const pl_q5kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);
 void pl_cpu_gemm_q6kx16_vnni(int64_t K, const pl_q6kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                              int64_t c0, int64_t c1, float *dst, int64_t N);

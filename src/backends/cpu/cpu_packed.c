@@ -85,6 +85,9 @@ static void pl_pk_run(const pl_pk_job *j, const pl_pk_mat *mt, int64_t p0, int64
         case PL_PACK_Q4K_X16:
             pl_cpu_gemm_q4kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;
+        case PL_PACK_Q5K_X16:
+            pl_cpu_gemm_q5kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
+            break;
         case PL_PACK_Q6K_X16:
             pl_cpu_gemm_q6kx16_vnni(j->K, pk->data, p0, p1, (const pl_q8kx *)j->abuf, j->as, c0, c1, mt->dst, mt->N);
             break;

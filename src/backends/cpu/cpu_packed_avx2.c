@@ -205,6 +205,150 @@ PL_VNNI void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, 
     }
 }
 
+/* ---- q5_K x16 -----------------------------------------------------------------*/
+
+/* q4_K's kernels plus the fifth bit: the 5-bit code of chunk c of a group is
+ * nibble | (fifth bit << 4), the fifth bit taken from bit c of the group's
+ * high-bit vector h: moved to bit 4 by one 16-bit shift (bit 4 of a byte
+ * then comes from bit c of the same byte; the other bits are don't-care)
+ * and or-ed in under the mask 0x10 by one ternary op ((A & B) | C, imm 0xEA).
+ * The sums are q4_K's: sum_c code * y per group, times the group's scale,
+ * the mins through the bsums, d * dy and dmin * dy once per super-block. */
+PL_VNNI_AI __m512i pl_q5_code(__m512i nib, __m512i h, const int c) {
+    const __m512i sh = c < 4 ? _mm512_slli_epi16(h, 4 - c) : c > 4 ? _mm512_srli_epi16(h, c - 4) : h;
+    return _mm512_ternarylogic_epi32(sh, _mm512_set1_epi8(0x10), nib, 0xEA);
+}
+
+PL_VNNI_AI __m512 pl_q5k_gemv_panel(int64_t nb, const pl_q5kx16 *x, const pl_q8kx *y) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q5kx16 *xb = x + b;
+        const int8_t *q = y[b].b.qs;
+        __m512i acc[8], h[8];
+        PL_UNROLL
+        for (int g = 0; g < 8; g++) {
+            acc[g] = _mm512_setzero_si512();
+            h[g] = pl_ld512(xb->qh[g]);
+        }
+        PL_UNROLL
+        for (int v = 0; v < 4; v++) {
+            PL_UNROLL
+            for (int g = 0; g < 8; g++) {
+                const __m512i bits = pl_ld512(xb->qs[v][g]);
+                const __m512i lo = pl_q5_code(_mm512_and_si512(bits, m4), h[g], 2 * v);
+                const __m512i hi = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4), h[g], 2 * v + 1);
+                acc[g] = pl_dpz(acc[g], lo, q + 32 * g + 8 * v);
+                acc[g] = pl_dpz(acc[g], hi, q + 32 * g + 8 * v + 4);
+            }
+        }
+        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16(xb->sc[0]));
+        PL_UNROLL
+        for (int g = 1; g < 8; g++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[g], pl_sc16(xb->sc[g])));
+        __m512i summ = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int p = 0; p < 4; p++)
+            summ = _mm512_dpwssd_epi32(summ, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p])),
+                                       pl_bcast4z(&y[b].bsum32[2 * p]));
+        const __m512 dy = _mm512_set1_ps(y[b].b.d);
+        const __m512 dd = _mm512_mul_ps(pl_d16(xb->d), dy);
+        const __m512 dm = _mm512_mul_ps(pl_d16(xb->dmin), dy);
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, accf);
+        accf = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), dm, accf);
+    }
+    return accf;
+}
+
+/* One panel, R activation rows: two groups in flight per row; the 5-bit
+ * codes are built once and reused by every row. The float steps per
+ * super-block are those of pl_q5k_gemv_panel (batched == alone). */
+PL_VNNI_AI void pl_q5k_gemm_panel(int64_t nb, const pl_q5kx16 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  __mmask16 mk, const int R) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const pl_q5kx16 *xb = x + b;
+        __m512i sumi[4], summ[4];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) sumi[c] = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int g = 0; g < 8; g += 2) {
+            __m512i a0[4], a1[4];
+            PL_UNROLL
+            for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
+            const __m512i h0 = pl_ld512(xb->qh[g]), h1 = pl_ld512(xb->qh[g + 1]);
+            PL_UNROLL
+            for (int v = 0; v < 4; v++) {
+                const __m512i b0 = pl_ld512(xb->qs[v][g]);
+                const __m512i b1 = pl_ld512(xb->qs[v][g + 1]);
+                const __m512i lo0 = pl_q5_code(_mm512_and_si512(b0, m4), h0, 2 * v);
+                const __m512i hi0 = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(b0, 4), m4), h0, 2 * v + 1);
+                const __m512i lo1 = pl_q5_code(_mm512_and_si512(b1, m4), h1, 2 * v);
+                const __m512i hi1 = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(b1, 4), m4), h1, 2 * v + 1);
+                PL_UNROLL
+                for (int c = 0; c < R; c++) {
+                    const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
+                    a0[c] = pl_dpz(a0[c], lo0, q);
+                    a1[c] = pl_dpz(a1[c], lo1, q + 32);
+                    a0[c] = pl_dpz(a0[c], hi0, q + 4);
+                    a1[c] = pl_dpz(a1[c], hi1, q + 36);
+                }
+            }
+            const __m512i s0 = pl_sc16(xb->sc[g]), s1 = pl_sc16(xb->sc[g + 1]);
+            PL_UNROLL
+            for (int c = 0; c < R; c++)
+                sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(a0[c], s0),
+                                                                     _mm512_mullo_epi32(a1[c], s1)));
+        }
+        __m512i mv[4];
+        PL_UNROLL
+        for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p]));
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            summ[c] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int p = 0; p < 4; p++) summ[c] = _mm512_dpwssd_epi32(summ[c], mv[p], pl_bcast4z(&y[c][b].bsum32[2 * p]));
+        }
+        const __m512 d0 = pl_d16(xb->d), m0 = pl_d16(xb->dmin);
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            const __m512 dy = _mm512_set1_ps(y[c][b].b.d);
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d0, dy), accf[c]);
+            accf[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[c]), _mm512_mul_ps(m0, dy), accf[c]);
+        }
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+}
+
+PL_VNNI void pl_cpu_gemm_q5kx16_vnni(int64_t K, const pl_q5kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+                                     size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    for (int64_t p = p0; p < p1; p++) {
+        const pl_q5kx16 *x = w + p * nb;
+        const __mmask16 mk = pl_panel_mask(p, N);
+        if (c1 - c0 == 1) {
+            const __m512 r = pl_q5k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as));
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 4); break;
+                case 3: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 3); break;
+                case 2: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 2); break;
+                default: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 1); break;
+            }
+        }
+    }
+}
+
 /* ---- q6_K x16 -----------------------------------------------------------------*/
 
 /* The 6-bit codes of chunks 2v (lo) and 2v+1 (hi) of a group: low 4 bits

@@ -5,11 +5,12 @@
  * TLB and let the prefetchers run across what would be 4 KiB boundaries).
  *
  * Only done where the prepared kernels run (AVX-512 F/BW/VL + VNNI, see
- * pl_cpu_has_vnni512) and for shapes they take: q4_K / q6_K / q4_0 / q5_0 /
+ * pl_cpu_has_vnni512) and for shapes they take: q4_K / q5_K / q6_K / q4_0 / q5_0 /
  * q2_K / q3_K with N % 8 == 0 (16-row panels, the last one zero-padded when
  * N % 16 == 8; q4_0 / q5_0 also not with PL_CPU_LEGACY=0),
  * f16 with N % 16 == 0. Everything else keeps the original layout and the
- * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs).
+ * kernels of cpu_matmul*.c. PL_CPU_REPACK=0 disables it (before/after runs);
+ * PL_CPU_Q5K=0 only for q5_K.
  *
  * The repacking is a pure reordering (plus unpacking the 6-bit q4_K scales to
  * bytes): the prepared kernels compute with exactly the numbers of the file.
@@ -53,6 +54,12 @@ bool pl_cpu_repack_enabled(void) {
     return cached;
 }
 
+bool pl_cpu_q5k_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) cached = pl_cpu_switch("PL_CPU_Q5K");
+    return cached;
+}
+
 pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
     if (!w || w->n_dims > 2 || w->ne[2] * w->ne[3] != 1 || !pl_tensor_is_contiguous(w)) return PL_PACK_NONE;
     if (!pl_cpu_has_vnni512() || !pl_cpu_repack_enabled()) return PL_PACK_NONE;
@@ -74,6 +81,7 @@ pl_cpu_pack_kind pl_cpu_pack_kind_for(const pl_tensor *w) {
         case PL_IQ1_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1SX_X16 : PL_PACK_NONE;
         case PL_IQ1_M: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ1MX_X16 : PL_PACK_NONE;
         case PL_IQ2_S: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_iqx_enabled() ? PL_PACK_IQ2SX_X16 : PL_PACK_NONE;
+        case PL_Q5_K: return K % QK_K == 0 && N % 8 == 0 && pl_cpu_q5k_enabled() ? PL_PACK_Q5K_X16 : PL_PACK_NONE;
         default: return PL_PACK_NONE;
     }
 }
@@ -96,6 +104,7 @@ size_t pl_cpu_packed_bytes(pl_cpu_pack_kind kind, int64_t K, int64_t N) {
         case PL_PACK_IQ1SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1sx_panel_bytes(K);
         case PL_PACK_IQ1MX_X16: return (size_t)pl_kqx_panels(N) * pl_iq1mx_panel_bytes(K);
         case PL_PACK_IQ2SX_X16: return (size_t)pl_kqx_panels(N) * pl_iq2sx_panel_bytes(K);
+        case PL_PACK_Q5K_X16: return (size_t)pl_kqx_panels(N) * (size_t)(K / QK_K) * sizeof(pl_q5kx16);
         default: return 0;
     }
 }
@@ -160,6 +169,38 @@ static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int
                     const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
                     const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
                     pl_st32(&o->qs[v][g][4 * r], lo | hi << 4);
+                }
+            }
+        }
+    }
+}
+
+/* q5_K: element 32g + l has its low 4 bits where q4_K has them (nibble
+ * g & 1 of qs[32 (g / 2) + l]) and its fifth bit at bit g of qh[l]. */
+static void pl_pack_q5k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q5kx16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
+    for (int64_t b = 0; b < nb; b++) {
+        pl_q5kx16 *o = &out[b];
+        for (int r = 0; r < nr; r++) {
+            const block_q5_K *x = (const block_q5_K *)(src + r * row_bytes) + b;
+            o->d[r] = x->d;
+            o->dmin[r] = x->dmin;
+            for (int g = 0; g < 8; g++) {
+                uint8_t sc, m;
+                pl_q4k_scale_min(g, x->scales, &sc, &m);
+                o->sc[g][r] = sc;
+                o->m[g / 2][r][g & 1] = m;
+                const uint8_t *q = x->qs + 32 * (g / 2);
+                for (int v = 0; v < 4; v++) {
+                    const uint32_t w0 = pl_ld32(q + 8 * v), w1 = pl_ld32(q + 8 * v + 4);
+                    const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
+                    const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
+                    pl_st32(&o->qs[v][g][4 * r], lo | hi << 4);
+                }
+                for (int e = 0; e < 4; e++) {
+                    uint8_t h = 0;
+                    for (int c = 0; c < 8; c++) h |= (uint8_t)(((x->qh[4 * c + e] >> g) & 1) << c);
+                    o->qh[g][4 * r + e] = h;
                 }
             }
         }
@@ -363,6 +404,7 @@ static void pl_pack_task(void *arg, int ith, int nth) {
             case PL_PACK_IQ1SX_X16: pl_iq1sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             case PL_PACK_IQ1MX_X16: pl_iq1mx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
             case PL_PACK_IQ2SX_X16: pl_iq2sx_pack_panel(src, w->nb[1], K, nr, (uint8_t *)dst); break;
+            case PL_PACK_Q5K_X16: pl_pack_q5k_panel(src, w->nb[1], K / QK_K, nr, (pl_q5kx16 *)dst); break;
             default: break;
         }
         if (j->copied && (p + 1 - reported >= slice || p + 1 == hi)) {
@@ -524,6 +566,23 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
                         const int c = kk / 4, e = kk % 4;
                         const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
                         out[32 * g + kk] = d1 * q - m1;
+                    }
+                }
+            }
+            break;
+        }
+        case PL_PACK_Q5K_X16: {
+            /* d1 * (nibble + 16 * high bit) - m1, as pl_dequantize_row_q5_K */
+            const pl_q5kx16 *x = (const pl_q5kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
+            for (int64_t b = 0; b < nb; b++, out += QK_K) {
+                const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
+                for (int g = 0; g < 8; g++) {
+                    const float d1 = d * x[b].sc[g][l], m1 = dmin * x[b].m[g / 2][l][g & 1];
+                    for (int kk = 0; kk < 32; kk++) {
+                        const int c = kk / 4, e = kk % 4;
+                        const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                        const int h = (x[b].qh[g][4 * l + e] >> c) & 1;
+                        out[32 * g + kk] = d1 * (q + (h ? 16 : 0)) - m1;
                     }
                 }
             }
