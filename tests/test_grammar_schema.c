@@ -104,6 +104,29 @@ int main(void) {
         pl_free(gb);
     }
 
+    /* found by the server's tool-call tests: strings allowed any \uXXXX, so
+     * the model wrote a lone surrogate (\ude00), which jansson refuses: the
+     * forced tool call then came back as text. U+0000 is refused the same way.
+     * Both are out of the grammar now; a surrogate pair is one character. */
+    {
+        const char *ss = "{\"type\": \"string\", \"maxLength\": 2}";
+        char *gb = NULL;
+        size_t gbl = 0;
+        pl_grammar *g = NULL;
+        CHECK(pl_json_schema_to_gbnf(ss, strlen(ss), &gb, &gbl) == PL_OK, "string: %s", pl_last_error());
+        CHECK(gb && pl_grammar_from_gbnf(NULL, gb, gbl, &g) == PL_OK, "string parse: %s", pl_last_error());
+        static const char *yes[] = {"\"\\u00e9\"", "\"\\ud83d\\ude00\"", "\"\\uD7FF\\uE000\"", "\"\\u0001\"", "\"\\uFFFF\""};
+        static const char *no[] = {"\"\\ude00\"", "\"\\ud800\"", "\"\\uD83Dx\"", "\"\\u0000\"", "\"\\ud83d\\u0041\""};
+        for (int i = 0; i < 5 && g; i++) {
+            pl_grammar_reset(g);
+            CHECK(pl_grammar_accept_text(g, yes[i], strlen(yes[i])) == PL_OK && pl_grammar_is_accepting(g), "escape: %s", yes[i]);
+            pl_grammar_reset(g);
+            CHECK(!(pl_grammar_accept_text(g, no[i], strlen(no[i])) == PL_OK && pl_grammar_is_accepting(g)), "bad escape: %s", no[i]);
+        }
+        pl_grammar_free(g);
+        pl_free(gb);
+    }
+
     /* found by fuzz_json_schema: maxLength/maxItems above 4096 compiled to a
      * {m,n} the GBNF parser refuses ("repetition count above the limit");
      * counts up to 65536 now compile exactly, larger ones are refused */

@@ -124,7 +124,13 @@ static const char *add_rule(comp *c, const char *base, const char *body) {
 static const char *prim(comp *c, const char *name) {
     static const char *const defs[][2] = {
         {"space", "\" \"?"},
-        {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})"},
+        /* \u escapes: any code point but U+0000 and lone surrogates (a
+         * high one must be followed by a low one), which JSON parsers
+         * (jansson, the server's tool-call parser) refuse */
+        {"char", "[^\"\\\\\\x7F\\x00-\\x1F] | [\\\\] ([\"\\\\/bfnrt] | \"u\" ( "
+                 "\"0\" ([1-9a-fA-F] [0-9a-fA-F]{2} | \"0\" ([1-9a-fA-F] [0-9a-fA-F] | \"0\" [1-9a-fA-F])) "
+                 "| [1-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} "
+                 "| [dD] [89abAB] [0-9a-fA-F]{2} [\\\\] \"u\" [dD] [c-fC-F] [0-9a-fA-F]{2} ))"},
         {"string", "\"\\\"\" char* \"\\\"\" space"},
         {"boolean", "(\"true\" | \"false\") space"},
         {"null", "\"null\" space"},
