@@ -456,7 +456,34 @@ static void test_ambiguous(void) {
     pl_grammar_free(g);
 }
 
+/* Nullable alternatives: each "a" below can match nothing along two paths
+ * (the inner and the outer "?"), so the start of "q" a{40} "x" is reached
+ * along 2^40 expansion paths that all end in the same few stacks. The
+ * matcher expands each distinct stack once per step (fuzz_gbnf hit a 10 s
+ * timeout on a grammar like it), so this matches at once -- and must match:
+ * the grammar is not too ambiguous, only redundant. */
+static void test_nullable_paths(void) {
+    char gb[512];
+    snprintf(gb, sizeof gb, "root ::= \"q\" %s \"x\"\na ::= (\"y\"?)?",
+             "a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a a");
+    pl_grammar *g = NULL;
+    CHECK(pl_grammar_from_gbnf(NULL, gb, strlen(gb), &g) == PL_OK, "parse: %s", pl_last_error());
+    if (!g) return;
+    CHECK(pl_grammar_accept_text(g, "q", 1) == PL_OK, "q: %s", pl_last_error());
+    CHECK(!pl_grammar_is_accepting(g), "q alone is not a match");
+    CHECK(pl_grammar_accept_text(g, "yyy", 3) == PL_OK, "yyy: %s", pl_last_error());
+    CHECK(pl_grammar_accept_text(g, "x", 1) == PL_OK && pl_grammar_is_accepting(g), "x ends it: %s", pl_last_error());
+    CHECK(pl_grammar_reset(g) == PL_OK && pl_grammar_accept_text(g, "qx", 2) == PL_OK && pl_grammar_is_accepting(g),
+          "qx: %s", pl_last_error());
+    char many[48] = "q";
+    memset(many + 1, 'y', 41);   /* one y more than 40 a's can take */
+    many[42] = 0;
+    CHECK(pl_grammar_reset(g) == PL_OK && pl_grammar_accept_text(g, many, 42) != PL_OK, "41 y's are refused");
+    pl_grammar_free(g);
+}
+
 int main(void) {
+    test_nullable_paths();
     test_ambiguous();
     test_parse_errors();
     test_operators();

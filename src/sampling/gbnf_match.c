@@ -102,16 +102,52 @@ static int class_meets_range(const pl_gelem *el, uint32_t i, uint32_t lo, uint32
     }
 }
 
+static uint64_t stack_hash(const uint32_t *st, uint32_t len) {
+    uint64_t h = 1469598103934665603ull ^ len;
+    for (uint32_t k = 0; k < len; k++) h = (h ^ st[k]) * 1099511628211ull;
+    return h;
+}
+
+/* Has the stack scratch[base .. base+len) (a rule on top) been expanded into
+ * the set being built? If not, remembers it. 1: yes, 0: no, -1: out of
+ * memory. */
+static int already_expanded(pl_gmatch *m, size_t base, uint32_t len) {
+    if (!m->seen_ht && !(m->seen_ht = calloc(2 * PL_GM_SEEN_HT, sizeof *m->seen_ht))) return -1;
+    const uint32_t *st = m->scratch.d + base;
+    uint64_t h = stack_hash(st, len);
+    uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (PL_GM_SEEN_HT - 1);
+    for (;; slot = (slot + 1) & (PL_GM_SEEN_HT - 1)) {
+        uint32_t *e = m->seen_ht + 2 * slot;
+        if (e[0] != m->gen) break;
+        const uint32_t *p = m->seen.d + e[1] - 1;
+        if (p[0] == len && !memcmp(p + 1, st, len * sizeof *p)) return 1;
+    }
+    if (m->seen_used >= PL_GM_SEEN_HT / 2) return 0;   /* full: expand without remembering */
+    if (pl_u32vec_reserve(&m->seen, len + 1)) return -1;
+    st = m->scratch.d + base;
+    m->seen_ht[2 * slot] = m->gen;
+    m->seen_ht[2 * slot + 1] = (uint32_t)m->seen.n + 1;
+    m->seen.d[m->seen.n++] = len;
+    memcpy(m->seen.d + m->seen.n, st, len * sizeof *st);
+    m->seen.n += len;
+    m->seen_used++;
+    return 0;
+}
+
 /* Appends the stack in scratch[base .. base+len) to the set being built at
  * out[set], expanding rule references; dedups. */
 static int advance(pl_gmatch *m, pl_u32vec *out, size_t set, size_t base, uint32_t len) {
     const pl_gelem *el = m->r->el;
+    m->work += len + 1;
+    if (m->work > PL_GM_MAX_WORK) {
+        m->overflow = 1;
+        return -1;
+    }
     if (len == 0 || !(el[m->scratch.d[base + len - 1]].type == GE_RULE_REF)) {
         /* a finished stack: add unless already present (hashed: an
          * ambiguous grammar can hold thousands of stacks) */
         const uint32_t *st = m->scratch.d + base;
-        uint64_t h = 1469598103934665603ull ^ len;
-        for (uint32_t k = 0; k < len; k++) h = (h ^ st[k]) * 1099511628211ull;
+        uint64_t h = stack_hash(st, len);
         uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (PL_GM_HT - 1);
         for (;; slot = (slot + 1) & (PL_GM_HT - 1)) {
             uint32_t *e = m->ht + 2 * slot;
@@ -136,6 +172,8 @@ static int advance(pl_gmatch *m, pl_u32vec *out, size_t set, size_t base, uint32
         return 0;
     }
     if (len >= MAX_STACK_DEPTH) return 0;
+    int seen = already_expanded(m, base, len);
+    if (seen) return seen < 0 ? -1 : 0;
     uint32_t pos = m->scratch.d[base + len - 1];
     uint32_t ref = el[pos].value;
     uint32_t alt = m->r->rule_start[ref];
@@ -163,9 +201,13 @@ static size_t begin_set(pl_gmatch *m, pl_u32vec *out) {
     if (!m->ht && !(m->ht = calloc(2 * PL_GM_HT, sizeof *m->ht))) return (size_t)-1;
     if (++m->gen == 0) {   /* wrapped: clear once */
         memset(m->ht, 0, 2 * PL_GM_HT * sizeof *m->ht);
+        if (m->seen_ht) memset(m->seen_ht, 0, 2 * PL_GM_SEEN_HT * sizeof *m->seen_ht);
         m->gen = 1;
     }
+    m->seen.n = 0;
+    m->seen_used = 0;
     if (pl_u32vec_reserve(out, 2)) return (size_t)-1;
+    m->work = 0;
     size_t at = out->n;
     out->d[out->n++] = 0;
     out->d[out->n++] = 0;
@@ -265,4 +307,8 @@ void pl_gm_free(pl_gmatch *m) {
     m->scratch = (pl_u32vec){0};
     free(m->ht);
     m->ht = NULL;
+    free(m->seen_ht);
+    m->seen_ht = NULL;
+    free(m->seen.d);
+    m->seen = (pl_u32vec){0};
 }

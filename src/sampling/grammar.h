@@ -57,12 +57,22 @@ int pl_utf8_feed(pl_utf8_partial *p, uint8_t b, uint32_t *cp);
 typedef struct pl_gmatch {
     const pl_grules *r;
     pl_u32vec scratch;     /* stacks under construction */
-    int overflow;          /* set when a stack set outgrew PL_GM_MAX_STACKS / _WORDS */
+    int overflow;          /* set when a stack set outgrew PL_GM_MAX_STACKS / _WORDS
+                            * or its expansion PL_GM_MAX_WORK */
+    uint32_t work;         /* words expanded for the set being built */
     /* Dedup of the set being built: open addressing over PL_GM_HT slots,
      * {generation, offset of the stack in out + 1}; a new set bumps gen
      * instead of clearing the table (the trie walk builds a set per node). */
     uint32_t *ht;
     uint32_t gen;
+    /* Stacks with a rule on top already expanded into the set being built:
+     * expanding one again adds nothing, so it is skipped (nullable
+     * alternatives, e.g. ("a"?)? repeated, reach the same stack along 2^n
+     * paths). Same {generation, offset + 1} slots over PL_GM_SEEN_HT;
+     * the stacks themselves are kept in `seen` as {len, positions...}. */
+    uint32_t *seen_ht;
+    uint32_t seen_used;
+    pl_u32vec seen;
 } pl_gmatch;
 
 /* An ambiguous grammar (e.g. root ::= ("a" | . root)*) can make the number
@@ -71,7 +81,15 @@ typedef struct pl_gmatch {
  * from JSON schemas hold a few dozen stacks (an enum: one per value). */
 #define PL_GM_MAX_STACKS 4096
 #define PL_GM_MAX_WORDS (1u << 14)
+/* The limits above bound a set's size, not the work of building it: stacks
+ * that expand to ones already in the set (e.g. ("a" | . root)* reaches the
+ * same stack along many paths) cost their length each time and count nowhere
+ * else. Every stack expanded or offered to the set adds its length + 1 here;
+ * past this a step fails as too ambiguous (a few ms, where the fuzzer found
+ * steps of seconds). Sets of JSON-schema grammars take a few thousand. */
+#define PL_GM_MAX_WORK (1u << 20)
 #define PL_GM_HT (2 * PL_GM_MAX_STACKS)   /* a power of two, at most half full */
+#define PL_GM_SEEN_HT (1u << 14)          /* filled at most half: past that, no skipping */
 
 /* Appends the initial stack set (the start rule expanded) to out; returns
  * the set's offset in out, or (size_t)-1 out of memory. */

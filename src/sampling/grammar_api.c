@@ -227,8 +227,8 @@ static pl_status set_initial(pl_grammar *g) {
     g->eog_seen = false;
     g->m.overflow = 0;
     if (pl_gm_initial(&g->m, &g->cur) == (size_t)-1)
-        return g->m.overflow ? pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more parse stacks at its start than the matcher holds: %d stacks, %u words)",
-                                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS)
+        return g->m.overflow ? pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (its start needs more parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
+                                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK)
                              : pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     return PL_OK;
 }
@@ -367,8 +367,8 @@ PL_API pl_status pl_grammar_accept_text(pl_grammar *g, const char *text, size_t 
     size_t set = 0;
     int r = run_bytes(g, (const uint8_t *)text, len, &pp, &set);
     if (r < 0 && g->m.overflow)
-        return pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more live parse stacks than the matcher holds: %d stacks, %u words)",
-                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS);
+        return pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (a step needs more live parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
+                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK);
     if (r < 0) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     if (r == 0) return pl_errorf(PL_ERR_INVALID_ARG, "grammar: the text is not allowed here");
     commit_work(g, set, pp);
@@ -466,8 +466,8 @@ static const uint64_t *current_mask(pl_grammar *g, pl_status *st) {
     g->m.overflow = 0;
     if (!g->eog_seen) walk_trie(&w, 0, 0, g->partial);
     if (w.oom && g->m.overflow) {
-        *st = pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (more live parse stacks than the matcher holds: %d stacks, %u words)",
-                        PL_GM_MAX_STACKS, PL_GM_MAX_WORDS);
+        *st = pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (a step needs more live parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
+                        PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK);
         return NULL;
     }
     if (w.oom) { *st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); return NULL; }
