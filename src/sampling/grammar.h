@@ -88,6 +88,11 @@ typedef struct pl_gmatch {
  * past this a step fails as too ambiguous (a few ms, where the fuzzer found
  * steps of seconds). Sets of JSON-schema grammars take a few thousand. */
 #define PL_GM_MAX_WORK (1u << 20)
+/* The same for a whole token mask (a step per trie node, ~300k nodes for a
+ * 151k vocabulary): a grammar that costs near PL_GM_MAX_WORK at every node
+ * would stall a server for minutes. test_grammar's masks over a 151k vocab
+ * take up to 2.2M words; this allows 30x that. */
+#define PL_GM_MAX_MASK_WORK (1ull << 26)
 #define PL_GM_HT (2 * PL_GM_MAX_STACKS)   /* a power of two, at most half full */
 #define PL_GM_SEEN_HT (1u << 14)          /* filled at most half: past that, no skipping */
 

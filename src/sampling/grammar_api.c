@@ -221,14 +221,21 @@ PL_API void pl_grammar_free(pl_grammar *g) {
     free(g);
 }
 
+/* The matcher's limits (grammar.h) were hit while matching `what`. */
+static pl_status too_ambiguous(const char *what) {
+    return pl_errorf(PL_ERR_UNSUPPORTED,
+                     "grammar: too ambiguous (%s needs more than the matcher allows: %d live parse stacks, %u words, "
+                     "%u words expanded per character, %llu per token mask)",
+                     what, PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK, (unsigned long long)PL_GM_MAX_MASK_WORK);
+}
+
 static pl_status set_initial(pl_grammar *g) {
     g->cur.n = 0;
     g->partial = (pl_utf8_partial){0};
     g->eog_seen = false;
     g->m.overflow = 0;
     if (pl_gm_initial(&g->m, &g->cur) == (size_t)-1)
-        return g->m.overflow ? pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (its start needs more parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
-                                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK)
+        return g->m.overflow ? too_ambiguous("its start")
                              : pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     return PL_OK;
 }
@@ -367,8 +374,7 @@ PL_API pl_status pl_grammar_accept_text(pl_grammar *g, const char *text, size_t 
     size_t set = 0;
     int r = run_bytes(g, (const uint8_t *)text, len, &pp, &set);
     if (r < 0 && g->m.overflow)
-        return pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (a step needs more live parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
-                         PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK);
+        return too_ambiguous("a step");
     if (r < 0) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     if (r == 0) return pl_errorf(PL_ERR_INVALID_ARG, "grammar: the text is not allowed here");
     commit_work(g, set, pp);
@@ -398,6 +404,8 @@ PL_API pl_status pl_grammar_accept(pl_grammar *g, int32_t token) {
     pl_utf8_partial pp;
     size_t set = 0;
     int r = n ? run_bytes(g, g->voc->bytes + o, n, &pp, &set) : 0;
+    if (r < 0 && g->m.overflow)
+        return too_ambiguous("a step");
     if (r < 0) return pl_errorf(PL_ERR_NO_MEMORY, "out of memory");
     if (r == 0) return pl_errorf(PL_ERR_INVALID_ARG, "grammar: token %d is not allowed here", token);
     commit_work(g, set, pp);
@@ -406,7 +414,7 @@ PL_API pl_status pl_grammar_accept(pl_grammar *g, int32_t token) {
 
 /* ---- masks --------------------------------------------------------------- */
 
-typedef struct walk { pl_grammar *g; const gvocab *v; uint64_t *bits; int oom; } walk;
+typedef struct walk { pl_grammar *g; const gvocab *v; uint64_t *bits; int oom; uint64_t work; } walk;
 
 static void allow_node(walk *w, uint32_t node) {
     for (uint32_t k = 0; k < w->v->tok_count[node]; k++) {
@@ -429,6 +437,8 @@ static void walk_trie(walk *w, uint32_t node, size_t set, pl_utf8_partial pp) {
         if (r == 1) {
             child_set = pl_gm_accept_cp(&w->g->m, wk, set, cp);
             if (child_set == (size_t)-1) { w->oom = 1; return; }
+            w->work += w->g->m.work;
+            if (w->work > PL_GM_MAX_MASK_WORK) { w->g->m.overflow = 1; w->oom = 1; return; }
             if (wk->d[child_set] == 0) { wk->n = mark; continue; }
         } else if (!pl_gm_partial_ok(&w->g->m, wk->d + set, &np)) {
             continue;
@@ -462,12 +472,11 @@ static const uint64_t *current_mask(pl_grammar *g, pl_status *st) {
     if (pl_u32vec_reserve(&g->work, g->cur.n)) { *st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); return NULL; }
     memcpy(g->work.d, g->cur.d, g->cur.n * sizeof *g->work.d);
     g->work.n = g->cur.n;
-    walk w = {g, v, g->bits, 0};
+    walk w = {g, v, g->bits, 0, 0};
     g->m.overflow = 0;
     if (!g->eog_seen) walk_trie(&w, 0, 0, g->partial);
     if (w.oom && g->m.overflow) {
-        *st = pl_errorf(PL_ERR_UNSUPPORTED, "grammar: too ambiguous (a step needs more live parse stacks or expansion than the matcher allows: %d stacks, %u words, %u words expanded)",
-                        PL_GM_MAX_STACKS, PL_GM_MAX_WORDS, PL_GM_MAX_WORK);
+        *st = too_ambiguous("a token mask");
         return NULL;
     }
     if (w.oom) { *st = pl_errorf(PL_ERR_NO_MEMORY, "out of memory"); return NULL; }
