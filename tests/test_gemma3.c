@@ -10,64 +10,41 @@
 #include "pocketllm.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "gguf_rewrite.h"
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef void (*edit_fn)(pl_gguf_writer *w);
-
 static const char *SRC = "models/tiny-gemma3-f16.gguf";
 static char tmp_path[256];
 static float g_norm[512];
 
-/* Copies SRC into tmp_path without KV drop_key and tensor drop_tensor; edit
- * may add keys; a tensor named short_tensor is written with half its row. */
-static void rewrite(const char *drop_key, const char *drop_tensor, edit_fn edit, const char *short_tensor) {
-    pl_gguf *g = NULL;
-    if (pl_gguf_open(pl_fixture(SRC), &g) != PL_OK) { CHECK(0, "open: %s", pl_last_error()); return; }
-    pl_gguf_writer *w = NULL;
-    pl_gguf_writer_create(&w);
-    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++) {
-        pl_gguf_str k = pl_gguf_kv_key(g, i);
-        if (drop_key && strlen(drop_key) == k.len && !memcmp(k.ptr, drop_key, k.len)) continue;
-        pl_gguf_writer_copy_kv(w, g, i);
-    }
-    if (edit) edit(w);
-    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
-        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
-        if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
-        if (short_tensor && !strcmp(t->name, short_tensor)) {
-            int64_t ne[4] = {t->ne[0] / 2, 1, 1, 1};
-            pl_gguf_writer_add_tensor(w, t->name, t->dtype, 1, ne, g_norm, (size_t)ne[0] * sizeof(float));
-            continue;
-        }
-        pl_gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data, t->size);
-    }
-    CHECK(pl_gguf_writer_write_file(w, tmp_path) == PL_OK, "write: %s", pl_last_error());
-    pl_gguf_writer_free(w);
-    pl_gguf_close(g);
+/* A norm with half its row (zeros). */
+static void write_short(pl_gguf_writer *w, const pl_gguf_tensor *t) {
+    int64_t ne[4] = {t->ne[0] / 2, 1, 1, 1};
+    pl_gguf_writer_add_tensor(w, t->name, t->dtype, 1, ne, g_norm, (size_t)ne[0] * sizeof(float));
 }
 
-static void set_window_0(pl_gguf_writer *w) {
+/* Copies SRC into tmp_path without KV drop_key and tensor drop_tensor; edit
+ * may add keys; a tensor named short_tensor is written with half its row. */
+static void rewrite(const char *drop_key, const char *drop_tensor, pl_rewrite_edit_fn edit, const char *short_tensor) {
+    pl_rewrite_fixture(SRC, tmp_path, drop_key, drop_tensor, edit, short_tensor, write_short);
+}
+
+static void set_window_0(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
     pl_gguf_writer_remove_key(w, "gemma3.attention.sliding_window");
     pl_gguf_writer_add_u32(w, "gemma3.attention.sliding_window", 0);
 }
-static void set_softcap_negative(pl_gguf_writer *w) {
+static void set_softcap_negative(pl_gguf_writer *w, const pl_gguf *g) {
+    (void)g;
     pl_gguf_writer_remove_key(w, "gemma3.final_logit_softcapping");
     pl_gguf_writer_add_f32(w, "gemma3.final_logit_softcapping", -30.0f);
 }
 
 static void expect_load_error(const char *what, pl_status want, const char *phrase) {
-    pl_model *m = NULL;
-    pl_model_params p = pl_model_default_params();
-    p.device = "ref";
-    p.n_ctx = 64;
-    pl_status st = pl_model_load(tmp_path, &p, &m);
-    CHECK(st == want, "%s: status %d (%s), wanted %d", what, st, pl_last_error(), want);
-    CHECK(strstr(pl_last_error(), phrase) != NULL, "%s: message '%s' lacks '%s'", what, pl_last_error(), phrase);
-    if (st == PL_OK) pl_model_free(m);
-    else printf("  %-30s -> %s\n", what, pl_last_error());
+    pl_expect_load_error(tmp_path, what, want, phrase);
 }
 
 /* The fixture loads on both host backends and gives the same finite logits

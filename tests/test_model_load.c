@@ -9,43 +9,26 @@
 #include "pocketllm.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_write.h"
+#include "gguf_rewrite.h"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-typedef void (*edit_fn)(pl_gguf_writer *w, const pl_gguf *src);
+typedef pl_rewrite_edit_fn edit_fn;
 
 static const char *SRC = "models/tiny-qwen3-f32.gguf";  /* the llama cases switch it */
 static char tmp_path[256];
 
+/* Same bytes reinterpreted as f16 with a doubled row: a norm in f16. */
+static void write_as_f16(pl_gguf_writer *w, const pl_gguf_tensor *t) {
+    int64_t ne[4] = {t->ne[0] * 2, t->ne[1], t->ne[2], t->ne[3]};
+    pl_gguf_writer_add_tensor(w, t->name, PL_F16, t->n_dims, ne, t->data, t->size);
+}
+
 /* Copies SRC into tmp_path, skipping KV `drop_key` and tensor `drop_tensor`,
- * then lets edit add or override things. */
+ * then lets edit add or override things; retype_tensor is written as f16. */
 static void rewrite(const char *drop_key, const char *drop_tensor, edit_fn edit, const char *retype_tensor) {
-    pl_gguf *g = NULL;
-    if (pl_gguf_open(pl_fixture(SRC), &g) != PL_OK) { CHECK(0, "open: %s", pl_last_error()); return; }
-    pl_gguf_writer *w = NULL;
-    pl_gguf_writer_create(&w);
-    for (int64_t i = 0; i < pl_gguf_n_kv(g); i++) {
-        pl_gguf_str k = pl_gguf_kv_key(g, i);
-        if (drop_key && strlen(drop_key) == k.len && !memcmp(k.ptr, drop_key, k.len)) continue;
-        pl_gguf_writer_copy_kv(w, g, i);
-    }
-    if (edit) edit(w, g);
-    for (int64_t i = 0; i < pl_gguf_n_tensors(g); i++) {
-        const pl_gguf_tensor *t = pl_gguf_tensor_at(g, i);
-        if (drop_tensor && !strcmp(t->name, drop_tensor)) continue;
-        if (retype_tensor && !strcmp(t->name, retype_tensor)) {
-            /* Same bytes reinterpreted as f16 with a doubled row: a norm in f16. */
-            int64_t ne[4] = {t->ne[0] * 2, t->ne[1], t->ne[2], t->ne[3]};
-            pl_gguf_writer_add_tensor(w, t->name, PL_F16, t->n_dims, ne, t->data, t->size);
-            continue;
-        }
-        pl_gguf_writer_add_tensor(w, t->name, t->dtype, t->n_dims, t->ne, t->data, t->size);
-    }
-    pl_status st = pl_gguf_writer_write_file(w, tmp_path);
-    CHECK(st == PL_OK, "write: %s", pl_last_error());
-    pl_gguf_writer_free(w);
-    pl_gguf_close(g);
+    pl_rewrite_fixture(SRC, tmp_path, drop_key, drop_tensor, edit, retype_tensor, write_as_f16);
 }
 
 static void set_embd_255(pl_gguf_writer *w, const pl_gguf *g) {
@@ -167,15 +150,7 @@ static void moe_up_reshaped(pl_gguf_writer *w, const pl_gguf *g) {
 }
 
 static void expect_load_error(const char *what, pl_status want, const char *phrase) {
-    pl_model *m = NULL;
-    pl_model_params p = pl_model_default_params();
-    p.device = "ref";
-    p.n_ctx = 64;
-    pl_status st = pl_model_load(tmp_path, &p, &m);
-    CHECK(st == want, "%s: status %d (%s), wanted %d", what, st, pl_last_error(), want);
-    CHECK(strstr(pl_last_error(), phrase) != NULL, "%s: message '%s' lacks '%s'", what, pl_last_error(), phrase);
-    if (st == PL_OK) pl_model_free(m);
-    else printf("  %-28s -> %s\n", what, pl_last_error());
+    pl_expect_load_error(tmp_path, what, want, phrase);
 }
 
 static void api_checks(void) {

@@ -73,6 +73,9 @@
                             * positions stay those of a whole row */
 #define PL_ATT_BLOCK_ROWS 64 /* query rows per task of the blocked path, at most */
 
+/* n rounded up to whole cache lines (the split's memory follows the threads' scratch) */
+static inline size_t pl_att_round64(size_t n) { return (n + 63) & ~(size_t)63; }
+
 /* ---- helpers: portable ------------------------------------------------------*/
 
 static inline float pl_cache_at(const char *row, int64_t i, bool f16) {
@@ -824,14 +827,14 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
         pl_cpu_scratch_release(&scratch);
         return PL_OK;
     }
-    pl_att_split split;
-    void *mem = NULL;
-    PL_TRY(pl_att_split_init(&split, node, job.n_kv_head,
-                             pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split, &mem));
-    job.split = &split;
-    pl_status st = pl_cpu_scratch_get(ctx, job.per_thread * (size_t)use, &scratch);
-    if (st != PL_OK) { free(mem); return st; }
+    /* the threads' scratch, then the split's prefixes and partial slots (planned: pl_cpu_work_attention) */
+    const bool split_on = pl_cpu_att_split_mode >= 0 ? pl_cpu_att_split_mode > 0 : sw_split;
+    const size_t thr_bytes = pl_att_round64(job.per_thread * (size_t)use);
+    PL_TRY(pl_cpu_scratch_get(ctx, thr_bytes + pl_att_split_bytes(node, split_on), &scratch));
     job.scratch = scratch.ptr;
+    pl_att_split split;
+    pl_att_split_init(&split, node, job.n_kv_head, split_on, (char *)scratch.ptr + thr_bytes);
+    job.split = &split;
     const pl_tensor *dst = node->dst;
     for (int64_t t0 = 0; t0 < job.n_tok; t0 = split.t1) {
         pl_att_split_round(&split, t0);
@@ -848,7 +851,6 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
             }
     }
     pl_cpu_scratch_release(&scratch);
-    free(mem);
     return PL_OK;
 }
 
@@ -875,22 +877,23 @@ static size_t pl_att_per_thread(const pl_node *node) {
 size_t pl_cpu_work_attention(const pl_node *node, int n_threads) {
     if (!node->src[0] || !node->src[1] || !node->src[2]) return 0;
     const size_t per = pl_att_is_quant(node) ? pl_attq_per_thread(node) : pl_att_per_thread(node);
-    return per * (size_t)(n_threads < 1 ? 1 : n_threads) + 64;
+    /* the threads' scratch, then the decode split's memory (its most: split on) */
+    return pl_att_round64(per * (size_t)(n_threads < 1 ? 1 : n_threads)) + pl_att_split_bytes(node, true) + 64;
 }
 
 /* The blocked path's driver: rounds of tokens (their chunk partials fit
  * the split's slots), each a parallel run of its tasks then the combine in
  * chunk order. */
 static pl_status pl_att_blocked_run(pl_exec_ctx *ctx, pl_att_job *job, int nth, bool split_on) {
-    pl_att_split split;
-    void *mem = NULL;
-    PL_TRY(pl_att_split_init(&split, job->node, (job->n_kv_head + job->kvb - 1) / job->kvb, split_on, &mem));
-    job->split = &split;
+    /* the threads' scratch, then the split's prefixes and partial slots (planned: pl_cpu_work_attention) */
     const int use = nth > 1 ? nth : 1;
+    const size_t thr_bytes = pl_att_round64(job->per_thread * (size_t)use);
     pl_cpu_scratch scratch;
-    pl_status st = pl_cpu_scratch_get(ctx, job->per_thread * (size_t)use, &scratch);
-    if (st != PL_OK) { free(mem); return st; }
+    PL_TRY(pl_cpu_scratch_get(ctx, thr_bytes + pl_att_split_bytes(job->node, split_on), &scratch));
     job->scratch = scratch.ptr;
+    pl_att_split split;
+    pl_att_split_init(&split, job->node, (job->n_kv_head + job->kvb - 1) / job->kvb, split_on, (char *)scratch.ptr + thr_bytes);
+    job->split = &split;
     for (int64_t t0 = 0; t0 < job->n_tok; t0 = split.t1) {
         pl_att_split_round(&split, t0);
         job->n_tasks = split.n_tasks;
@@ -900,7 +903,6 @@ static pl_status pl_att_blocked_run(pl_exec_ctx *ctx, pl_att_job *job, int nth, 
         pl_att_split_combine(&split);
     }
     pl_cpu_scratch_release(&scratch);
-    free(mem);
     return PL_OK;
 }
 

@@ -1,7 +1,6 @@
 /* Decode attention split over the cache positions: planning and the fixed-
  * order combine (see cpu_attention_split.h). */
 #include <math.h>
-#include <stdlib.h>
 #include "backends/cpu/cpu_attention_split.h"
 
 static int64_t pl_att_split_tok_nch(const pl_att_split *s, int64_t t) {
@@ -9,7 +8,30 @@ static int64_t pl_att_split_tok_nch(const pl_att_split *s, int64_t t) {
     return pl_att_split_nch((int64_t)p + 1 - pl_att_lo(s->node, p), s->on);
 }
 
-pl_status pl_att_split_init(pl_att_split *s, const pl_node *node, int64_t units, bool on, void **mem) {
+/* Partial slots a round may hold for node: the cap, or one token's chunks
+ * if more (a very long context); a token's positions are at most the
+ * cache's ne[1] (the op checks every position against it), so its chunks
+ * at most pl_att_split_nch(ne[1]): a bound from the shapes alone. None when
+ * no token can take two chunks. The cap only groups the tokens into rounds;
+ * each token's partials and combine are its own, so the bound changes no
+ * result. */
+static int64_t pl_att_split_slots(const pl_node *node, bool on) {
+    const int64_t most = pl_att_split_nch(node->src[1]->ne[1], on);
+    if (most < 2) return 0;
+    return most > PL_ATT_SPLIT_SLOTS ? most : PL_ATT_SPLIT_SLOTS;
+}
+
+/* The prefix arrays ([n_tok + 1] int64 each), whole cache lines. */
+static size_t pl_att_split_pref_bytes(const pl_node *node) {
+    return ((size_t)(node->src[0]->ne[2] + 1) * sizeof(int64_t) + 63) & ~(size_t)63;
+}
+
+size_t pl_att_split_bytes(const pl_node *node, bool on) {
+    const size_t slot_floats = (size_t)(node->src[0]->ne[1] * (node->src[0]->ne[0] + 2));
+    return 2 * pl_att_split_pref_bytes(node) + (size_t)pl_att_split_slots(node, on) * slot_floats * sizeof(float);
+}
+
+void pl_att_split_init(pl_att_split *s, const pl_node *node, int64_t units, bool on, void *mem) {
     memset(s, 0, sizeof *s);
     s->node = node;
     s->on = on;
@@ -17,24 +39,12 @@ pl_status pl_att_split_init(pl_att_split *s, const pl_node *node, int64_t units,
     s->hd = node->src[0]->ne[0];
     s->n_head = node->src[0]->ne[1];
     s->slot_floats = (size_t)(s->n_head * (s->hd + 2));
-    const int64_t n_tok = node->src[0]->ne[2];
-    /* slots: the cap, or one token's chunks if more (a very long context) */
-    int64_t most = 1;
-    for (int64_t t = 0; t < n_tok; t++) {
-        const int64_t c = pl_att_split_tok_nch(s, t);
-        if (c > most) most = c;
-    }
-    const int64_t slots = most > PL_ATT_SPLIT_SLOTS ? most : PL_ATT_SPLIT_SLOTS;
-    s->slot_cap = slots;
-    const size_t pref = (size_t)(n_tok + 1) * sizeof(int64_t);
-    const size_t bytes = 2 * pref + 64 + (most > 1 ? (size_t)slots * s->slot_floats * sizeof(float) : 0);
-    char *m = malloc(bytes);
-    if (!m) return pl_errorf(PL_ERR_NO_MEMORY, "attention (cpu): cannot allocate %zu bytes of split partials", bytes);
-    s->task_pref = (int64_t *)m;
-    s->slot_pref = (int64_t *)(m + pref);
-    s->part = (float *)(((uintptr_t)(m + 2 * pref) + 63) & ~(uintptr_t)63);
-    *mem = m;
-    return PL_OK;
+    const int64_t slots = pl_att_split_slots(node, on);
+    s->slot_cap = slots > 0 ? slots : PL_ATT_SPLIT_SLOTS;   /* no slots: every token one chunk, none taken */
+    const size_t pref = pl_att_split_pref_bytes(node);
+    s->task_pref = (int64_t *)mem;
+    s->slot_pref = (int64_t *)((char *)mem + pref);
+    s->part = slots > 0 ? (float *)((char *)mem + 2 * pref) : NULL;
 }
 
 void pl_att_split_round(pl_att_split *s, int64_t t0) {

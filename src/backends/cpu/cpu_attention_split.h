@@ -66,9 +66,16 @@ typedef struct pl_att_split {
     int64_t n_tasks;
 } pl_att_split;
 
-/* Allocates the prefix arrays and the partial slots for node's tokens:
- * *mem receives the block to free(). */
-pl_status pl_att_split_init(pl_att_split *s, const pl_node *node, int64_t units, bool on, void **mem);
+/* Bytes of the split's memory for node: the prefix arrays and (when a
+ * token can take two chunks) the partial slots, from the shapes alone, so
+ * the planned work of an attention node holds them (pl_cpu_work_attention,
+ * with on = true: the most). A multiple of 64. */
+size_t pl_att_split_bytes(const pl_node *node, bool on);
+
+/* Lays the prefix arrays and the partial slots for node's tokens out in
+ * mem: pl_att_split_bytes(node, on) bytes, 64-byte aligned (planned
+ * scratch; the split allocates nothing). O(1). */
+void pl_att_split_init(pl_att_split *s, const pl_node *node, int64_t units, bool on, void *mem);
 
 /* The next round from token t0: sets t1, the prefixes and n_tasks. */
 void pl_att_split_round(pl_att_split *s, int64_t t0);

@@ -118,10 +118,15 @@ void pl_cpu_mm_q6_K_avx2(int64_t K, const void *w, size_t ws, int nr, const void
  * contiguous stream. */
 #define PL_KQX_ROWS 16       /* rows per k-quant panel */
 static inline int64_t pl_kqx_panels(int64_t N) { return (N + PL_KQX_ROWS - 1) / PL_KQX_ROWS; }
-typedef struct pl_q4kx16 {
+/* The scales of a q4_K or q5_K panel block (the two share them; q5_K's are
+ * q4_K's, see pl_q5kx16). */
+typedef struct pl_kx16_scales {
     uint16_t d[16], dmin[16];   /* f16, per row */
     uint8_t sc[8][16];          /* [group][row] */
     uint8_t m[4][16][2];        /* [group pair][row][group & 1] */
+} pl_kx16_scales;
+typedef struct pl_q4kx16 {
+    pl_kx16_scales s;
     uint8_t qs[4][8][64];       /* [vector][group][4*row + e] */
 } pl_q4kx16;
 typedef struct pl_q6kx16 {
@@ -227,13 +232,12 @@ _Static_assert(sizeof(pl_q2kx16) % 64 == 0 && sizeof(pl_q3kx16) % 64 == 0, "whol
  * way (the unprepared AVX-512 tile already did); the layout pays off in
  * prefill (pp64 2.2x on Q5_K_M, 1 thread). */
 typedef struct pl_q5kx16 {
-    uint16_t d[16], dmin[16];   /* f16, per row */
-    uint8_t sc[8][16];          /* [group][row] */
-    uint8_t m[4][16][2];        /* [group pair][row][group & 1] */
+    pl_kx16_scales s;           /* as pl_q4kx16.s */
     uint8_t qh[8][64];          /* [group][4*row + e], bit c: chunk c */
     uint8_t qs[4][8][64];       /* [vector][group][4*row + e], as pl_q4kx16.qs */
 } pl_q5kx16;
 _Static_assert(sizeof(pl_q5kx16) % 64 == 0, "whole cache lines per panel block");
+_Static_assert(sizeof(pl_q4kx16) == 2368 && sizeof(pl_q5kx16) == 2880, "q4_K / q5_K panel blocks: 320 bytes of scales, then the codes, no padding");
 
 typedef enum pl_cpu_pack_kind { PL_PACK_NONE = 0, PL_PACK_Q4K_X16, PL_PACK_Q6K_X16, PL_PACK_F16_X16,
                                 PL_PACK_Q40_X16, PL_PACK_Q50_X16,

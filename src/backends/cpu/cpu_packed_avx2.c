@@ -78,41 +78,89 @@ PL_VNNI_AI __mmask16 pl_panel_mask(int64_t p, int64_t N) {
     return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
-/* ---- q4_K x16 -----------------------------------------------------------------*/
+/* ---- q4_K x16, q5_K x16 ---------------------------------------------------------*/
+
+/* q5_K is q4_K plus a fifth bit per code: one body serves both, q5 a
+ * compile-time constant (every caller passes a literal; the bodies are
+ * always_inline, so each type gets its own code with the other's branches
+ * folded away). The 5-bit code of chunk c of a group is nibble | (fifth bit
+ * << 4), the fifth bit taken from bit c of the group's high-bit vector h:
+ * moved to bit 4 by one 16-bit shift (bit 4 of a byte then comes from bit c
+ * of the same byte; the other bits are don't-care) and or-ed in under the
+ * mask 0x10 by one ternary op ((A & B) | C, imm 0xEA). The sums are the same
+ * for both: sum_c code * y per group, times the group's scale, the mins
+ * through the bsums, d * dy and dmin * dy once per super-block. */
+PL_VNNI_AI __m512i pl_q5_code(__m512i nib, __m512i h, const int c) {
+    const __m512i sh = c < 4 ? _mm512_slli_epi16(h, 4 - c) : c > 4 ? _mm512_srli_epi16(h, c - 4) : h;
+    return _mm512_ternarylogic_epi32(sh, _mm512_set1_epi8(0x10), nib, 0xEA);
+}
+
+/* The code-extract step, the only place q4_K and q5_K differ: chunk c of a
+ * group from its low-bit vector bits (chunk 2v in the low nibbles, 2v + 1 in
+ * the high) and, for q5_K, its high-bit vector h (unused for q4_K). */
+PL_VNNI_AI __m512i pl_k45_code(__m512i bits, __m512i h, const int c, const int q5) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i nib = c & 1 ? _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4) : _mm512_and_si512(bits, m4);
+    return q5 ? pl_q5_code(nib, h, c) : nib;
+}
+
+/* Block b of a q4_K (q5 == 0) or q5_K panel: the scales shared by the two
+ * layouts, the fifth-bit vectors (q5_K only) and the low-bit vectors. */
+typedef struct pl_k45_block {
+    const pl_kx16_scales *s;
+    const uint8_t (*qh)[64];        /* [group][4*row + e]; NULL for q4_K */
+    const uint8_t (*qs)[8][64];     /* [vector][group][4*row + e] */
+} pl_k45_block;
+
+PL_VNNI_AI pl_k45_block pl_k45_at(const void *x, int64_t b, const int q5) {
+    if (q5) {
+        const pl_q5kx16 *xb = (const pl_q5kx16 *)x + b;
+        return (pl_k45_block){&xb->s, xb->qh, xb->qs};
+    }
+    const pl_q4kx16 *xb = (const pl_q4kx16 *)x + b;
+    return (pl_k45_block){&xb->s, NULL, xb->qs};
+}
+
+/* The group's high-bit vector (q5_K), or nothing (q4_K: a zero the code step ignores). */
+PL_VNNI_AI __m512i pl_k45_high(pl_k45_block xb, int g, const int q5) {
+    return q5 ? pl_ld512(xb.qh[g]) : _mm512_setzero_si512();
+}
 
 /* One panel, one activation row: all 8 groups of a super-block in flight
  * (8 independent vpdpbusd chains). */
-PL_VNNI_AI __m512 pl_q4k_gemv_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx *y) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+PL_VNNI_AI __m512 pl_k45_gemv_panel(int64_t nb, const void *x, const pl_q8kx *y, const int q5) {
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q4kx16 *xb = x + b;
+        const pl_k45_block xb = pl_k45_at(x, b, q5);
         const int8_t *q = y[b].b.qs;
-        __m512i acc[8];
+        __m512i acc[8], h[8];
         PL_UNROLL
-        for (int g = 0; g < 8; g++) acc[g] = _mm512_setzero_si512();
+        for (int g = 0; g < 8; g++) {
+            acc[g] = _mm512_setzero_si512();
+            h[g] = pl_k45_high(xb, g, q5);
+        }
         PL_UNROLL
         for (int v = 0; v < 4; v++) {
             PL_UNROLL
             for (int g = 0; g < 8; g++) {
-                const __m512i bits = pl_ld512(xb->qs[v][g]);
-                const __m512i lo = _mm512_and_si512(bits, m4);
-                const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(bits, 4), m4);
+                const __m512i bits = pl_ld512(xb.qs[v][g]);
+                const __m512i lo = pl_k45_code(bits, h[g], 2 * v, q5);
+                const __m512i hi = pl_k45_code(bits, h[g], 2 * v + 1, q5);
                 acc[g] = pl_dpz(acc[g], lo, q + 32 * g + 8 * v);
                 acc[g] = pl_dpz(acc[g], hi, q + 32 * g + 8 * v + 4);
             }
         }
-        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16(xb->sc[0]));
+        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16(xb.s->sc[0]));
         PL_UNROLL
-        for (int g = 1; g < 8; g++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[g], pl_sc16(xb->sc[g])));
+        for (int g = 1; g < 8; g++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[g], pl_sc16(xb.s->sc[g])));
         __m512i summ = _mm512_setzero_si512();
         PL_UNROLL
         for (int p = 0; p < 4; p++)
-            summ = _mm512_dpwssd_epi32(summ, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p])),
+            summ = _mm512_dpwssd_epi32(summ, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb.s->m[p])),
                                        pl_bcast4z(&y[b].bsum32[2 * p]));
         const __m512 dy = _mm512_set1_ps(y[b].b.d);
-        const __m512 dd = _mm512_mul_ps(pl_d16(xb->d), dy);
-        const __m512 dm = _mm512_mul_ps(pl_d16(xb->dmin), dy);
+        const __m512 dd = _mm512_mul_ps(pl_d16(xb.s->d), dy);
+        const __m512 dm = _mm512_mul_ps(pl_d16(xb.s->dmin), dy);
         accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, accf);
         accf = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), dm, accf);
     }
@@ -120,15 +168,15 @@ PL_VNNI_AI __m512 pl_q4k_gemv_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8k
 }
 
 /* One panel, R activation rows: two groups in flight per row (2R chains);
- * the unpacked nibbles are reused by every row. */
-PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
-                                  __mmask16 mk, const int R) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+ * the codes are extracted once and reused by every row. The float steps per
+ * super-block are those of pl_k45_gemv_panel (batched == alone). */
+PL_VNNI_AI void pl_k45_gemm_panel(int64_t nb, const void *x, const pl_q8kx *const *y, float *d, int64_t ldd,
+                                  __mmask16 mk, const int R, const int q5) {
     __m512 accf[4];
     PL_UNROLL
     for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const pl_q4kx16 *xb = x + b;
+        const pl_k45_block xb = pl_k45_at(x, b, q5);
         __m512i sumi[4], summ[4];
         PL_UNROLL
         for (int c = 0; c < R; c++) sumi[c] = _mm512_setzero_si512();
@@ -137,12 +185,13 @@ PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx 
             __m512i a0[4], a1[4];
             PL_UNROLL
             for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
+            const __m512i h0 = pl_k45_high(xb, g, q5), h1 = pl_k45_high(xb, g + 1, q5);
             PL_UNROLL
             for (int v = 0; v < 4; v++) {
-                const __m512i b0 = pl_ld512(xb->qs[v][g]);
-                const __m512i b1 = pl_ld512(xb->qs[v][g + 1]);
-                const __m512i lo0 = _mm512_and_si512(b0, m4), hi0 = _mm512_and_si512(_mm512_srli_epi16(b0, 4), m4);
-                const __m512i lo1 = _mm512_and_si512(b1, m4), hi1 = _mm512_and_si512(_mm512_srli_epi16(b1, 4), m4);
+                const __m512i b0 = pl_ld512(xb.qs[v][g]);
+                const __m512i b1 = pl_ld512(xb.qs[v][g + 1]);
+                const __m512i lo0 = pl_k45_code(b0, h0, 2 * v, q5), hi0 = pl_k45_code(b0, h0, 2 * v + 1, q5);
+                const __m512i lo1 = pl_k45_code(b1, h1, 2 * v, q5), hi1 = pl_k45_code(b1, h1, 2 * v + 1, q5);
                 PL_UNROLL
                 for (int c = 0; c < R; c++) {
                     const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
@@ -152,7 +201,7 @@ PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx 
                     a1[c] = pl_dpz(a1[c], hi1, q + 36);
                 }
             }
-            const __m512i s0 = pl_sc16(xb->sc[g]), s1 = pl_sc16(xb->sc[g + 1]);
+            const __m512i s0 = pl_sc16(xb.s->sc[g]), s1 = pl_sc16(xb.s->sc[g + 1]);
             PL_UNROLL
             for (int c = 0; c < R; c++)
                 sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(a0[c], s0),
@@ -160,14 +209,14 @@ PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx 
         }
         __m512i mv[4];
         PL_UNROLL
-        for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p]));
+        for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb.s->m[p]));
         PL_UNROLL
         for (int c = 0; c < R; c++) {
             summ[c] = _mm512_setzero_si512();
             PL_UNROLL
             for (int p = 0; p < 4; p++) summ[c] = _mm512_dpwssd_epi32(summ[c], mv[p], pl_bcast4z(&y[c][b].bsum32[2 * p]));
         }
-        const __m512 d0 = pl_d16(xb->d), m0 = pl_d16(xb->dmin);
+        const __m512 d0 = pl_d16(xb.s->d), m0 = pl_d16(xb.s->dmin);
         PL_UNROLL
         for (int c = 0; c < R; c++) {
             const __m512 dy = _mm512_set1_ps(y[c][b].b.d);
@@ -177,176 +226,45 @@ PL_VNNI_AI void pl_q4k_gemm_panel(int64_t nb, const pl_q4kx16 *x, const pl_q8kx 
     }
     PL_UNROLL
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+}
+
+/* Panels p0..p1-1 x activation rows c0..c1-1 of a q4_K / q5_K weight w
+ * (block bs bytes: sizeof(pl_q4kx16) or sizeof(pl_q5kx16)). */
+PL_VNNI_AI void pl_k45_gemm(int64_t K, const void *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as, int64_t c0,
+                            int64_t c1, float *dst, int64_t N, const int q5) {
+    const int64_t nb = K / QK_K;
+    const size_t bs = q5 ? sizeof(pl_q5kx16) : sizeof(pl_q4kx16);
+    for (int64_t p = p0; p < p1; p++) {
+        const void *x = (const char *)w + (size_t)(p * nb) * bs;
+        const __mmask16 mk = pl_panel_mask(p, N);
+        if (c1 - c0 == 1) {
+            const __m512 r = pl_k45_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as), q5);
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_k45_gemm_panel(nb, x, y, d, N, mk, 4, q5); break;
+                case 3: pl_k45_gemm_panel(nb, x, y, d, N, mk, 3, q5); break;
+                case 2: pl_k45_gemm_panel(nb, x, y, d, N, mk, 2, q5); break;
+                default: pl_k45_gemm_panel(nb, x, y, d, N, mk, 1, q5); break;
+            }
+        }
+    }
 }
 
 PL_VNNI void pl_cpu_gemm_q4kx16_vnni(int64_t K, const pl_q4kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
-    const int64_t nb = K / QK_K;
-    for (int64_t p = p0; p < p1; p++) {
-        const pl_q4kx16 *x = w + p * nb;
-        const __mmask16 mk = pl_panel_mask(p, N);
-        if (c1 - c0 == 1) {
-            const __m512 r = pl_q4k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as));
-            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
-            continue;
-        }
-        for (int64_t c = c0; c < c1; c += 4) {
-            const pl_q8kx *y[4];
-            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
-            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + PL_KQX_ROWS * p;
-            switch (R) {
-                case 4: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 4); break;
-                case 3: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 3); break;
-                case 2: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 2); break;
-                default: pl_q4k_gemm_panel(nb, x, y, d, N, mk, 1); break;
-            }
-        }
-    }
-}
-
-/* ---- q5_K x16 -----------------------------------------------------------------*/
-
-/* q4_K's kernels plus the fifth bit: the 5-bit code of chunk c of a group is
- * nibble | (fifth bit << 4), the fifth bit taken from bit c of the group's
- * high-bit vector h: moved to bit 4 by one 16-bit shift (bit 4 of a byte
- * then comes from bit c of the same byte; the other bits are don't-care)
- * and or-ed in under the mask 0x10 by one ternary op ((A & B) | C, imm 0xEA).
- * The sums are q4_K's: sum_c code * y per group, times the group's scale,
- * the mins through the bsums, d * dy and dmin * dy once per super-block. */
-PL_VNNI_AI __m512i pl_q5_code(__m512i nib, __m512i h, const int c) {
-    const __m512i sh = c < 4 ? _mm512_slli_epi16(h, 4 - c) : c > 4 ? _mm512_srli_epi16(h, c - 4) : h;
-    return _mm512_ternarylogic_epi32(sh, _mm512_set1_epi8(0x10), nib, 0xEA);
-}
-
-PL_VNNI_AI __m512 pl_q5k_gemv_panel(int64_t nb, const pl_q5kx16 *x, const pl_q8kx *y) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 accf = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const pl_q5kx16 *xb = x + b;
-        const int8_t *q = y[b].b.qs;
-        __m512i acc[8], h[8];
-        PL_UNROLL
-        for (int g = 0; g < 8; g++) {
-            acc[g] = _mm512_setzero_si512();
-            h[g] = pl_ld512(xb->qh[g]);
-        }
-        PL_UNROLL
-        for (int v = 0; v < 4; v++) {
-            PL_UNROLL
-            for (int g = 0; g < 8; g++) {
-                const __m512i bits = pl_ld512(xb->qs[v][g]);
-                const __m512i lo = pl_q5_code(_mm512_and_si512(bits, m4), h[g], 2 * v);
-                const __m512i hi = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(bits, 4), m4), h[g], 2 * v + 1);
-                acc[g] = pl_dpz(acc[g], lo, q + 32 * g + 8 * v);
-                acc[g] = pl_dpz(acc[g], hi, q + 32 * g + 8 * v + 4);
-            }
-        }
-        __m512i sumi = _mm512_mullo_epi32(acc[0], pl_sc16(xb->sc[0]));
-        PL_UNROLL
-        for (int g = 1; g < 8; g++) sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(acc[g], pl_sc16(xb->sc[g])));
-        __m512i summ = _mm512_setzero_si512();
-        PL_UNROLL
-        for (int p = 0; p < 4; p++)
-            summ = _mm512_dpwssd_epi32(summ, _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p])),
-                                       pl_bcast4z(&y[b].bsum32[2 * p]));
-        const __m512 dy = _mm512_set1_ps(y[b].b.d);
-        const __m512 dd = _mm512_mul_ps(pl_d16(xb->d), dy);
-        const __m512 dm = _mm512_mul_ps(pl_d16(xb->dmin), dy);
-        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), dd, accf);
-        accf = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ), dm, accf);
-    }
-    return accf;
-}
-
-/* One panel, R activation rows: two groups in flight per row; the 5-bit
- * codes are built once and reused by every row. The float steps per
- * super-block are those of pl_q5k_gemv_panel (batched == alone). */
-PL_VNNI_AI void pl_q5k_gemm_panel(int64_t nb, const pl_q5kx16 *x, const pl_q8kx *const *y, float *d, int64_t ldd,
-                                  __mmask16 mk, const int R) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 accf[4];
-    PL_UNROLL
-    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const pl_q5kx16 *xb = x + b;
-        __m512i sumi[4], summ[4];
-        PL_UNROLL
-        for (int c = 0; c < R; c++) sumi[c] = _mm512_setzero_si512();
-        PL_UNROLL
-        for (int g = 0; g < 8; g += 2) {
-            __m512i a0[4], a1[4];
-            PL_UNROLL
-            for (int c = 0; c < R; c++) a0[c] = a1[c] = _mm512_setzero_si512();
-            const __m512i h0 = pl_ld512(xb->qh[g]), h1 = pl_ld512(xb->qh[g + 1]);
-            PL_UNROLL
-            for (int v = 0; v < 4; v++) {
-                const __m512i b0 = pl_ld512(xb->qs[v][g]);
-                const __m512i b1 = pl_ld512(xb->qs[v][g + 1]);
-                const __m512i lo0 = pl_q5_code(_mm512_and_si512(b0, m4), h0, 2 * v);
-                const __m512i hi0 = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(b0, 4), m4), h0, 2 * v + 1);
-                const __m512i lo1 = pl_q5_code(_mm512_and_si512(b1, m4), h1, 2 * v);
-                const __m512i hi1 = pl_q5_code(_mm512_and_si512(_mm512_srli_epi16(b1, 4), m4), h1, 2 * v + 1);
-                PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    const int8_t *q = y[c][b].b.qs + 32 * g + 8 * v;
-                    a0[c] = pl_dpz(a0[c], lo0, q);
-                    a1[c] = pl_dpz(a1[c], lo1, q + 32);
-                    a0[c] = pl_dpz(a0[c], hi0, q + 4);
-                    a1[c] = pl_dpz(a1[c], hi1, q + 36);
-                }
-            }
-            const __m512i s0 = pl_sc16(xb->sc[g]), s1 = pl_sc16(xb->sc[g + 1]);
-            PL_UNROLL
-            for (int c = 0; c < R; c++)
-                sumi[c] = _mm512_add_epi32(sumi[c], _mm512_add_epi32(_mm512_mullo_epi32(a0[c], s0),
-                                                                     _mm512_mullo_epi32(a1[c], s1)));
-        }
-        __m512i mv[4];
-        PL_UNROLL
-        for (int p = 0; p < 4; p++) mv[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)xb->m[p]));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            summ[c] = _mm512_setzero_si512();
-            PL_UNROLL
-            for (int p = 0; p < 4; p++) summ[c] = _mm512_dpwssd_epi32(summ[c], mv[p], pl_bcast4z(&y[c][b].bsum32[2 * p]));
-        }
-        const __m512 d0 = pl_d16(xb->d), m0 = pl_d16(xb->dmin);
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512 dy = _mm512_set1_ps(y[c][b].b.d);
-            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[c]), _mm512_mul_ps(d0, dy), accf[c]);
-            accf[c] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(summ[c]), _mm512_mul_ps(m0, dy), accf[c]);
-        }
-    }
-    PL_UNROLL
-    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+    pl_k45_gemm(K, w, p0, p1, a, as, c0, c1, dst, N, 0);
 }
 
 PL_VNNI void pl_cpu_gemm_q5kx16_vnni(int64_t K, const pl_q5kx16 *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
-    const int64_t nb = K / QK_K;
-    for (int64_t p = p0; p < p1; p++) {
-        const pl_q5kx16 *x = w + p * nb;
-        const __mmask16 mk = pl_panel_mask(p, N);
-        if (c1 - c0 == 1) {
-            const __m512 r = pl_q5k_gemv_panel(nb, x, (const pl_q8kx *)((const char *)a + c0 * as));
-            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
-            continue;
-        }
-        for (int64_t c = c0; c < c1; c += 4) {
-            const pl_q8kx *y[4];
-            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
-            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + PL_KQX_ROWS * p;
-            switch (R) {
-                case 4: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 4); break;
-                case 3: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 3); break;
-                case 2: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 2); break;
-                default: pl_q5k_gemm_panel(nb, x, y, d, N, mk, 1); break;
-            }
-        }
-    }
+    pl_k45_gemm(K, w, p0, p1, a, as, c0, c1, dst, N, 1);
 }
 
 /* ---- q6_K x16 -----------------------------------------------------------------*/

@@ -44,13 +44,55 @@ PL_IQX_AI __mmask16 pl_iqx_mask(int64_t p, int64_t N) {
 static const uint16_t pl_iqx_lsh[32] = {7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6,
                                          5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4};
 
+/* The group step of every kernel here, group g (8 weights) of the 16 rows, in two parts (one
+ * function with the activation-row loop inside compiled to more register spills in the iq1
+ * kernels, 3-4% slower; these two leave the code as it was written out in each kernel).
+ * pl_iqx_gather: the grid entries of the group, one gather per 8 rows: ixlo, ixhi are the grid
+ * indices of rows 0-7 and 8-15 (int32 lane r = row r; iq2_xxs widens its index bytes straight
+ * into the two halves) -> glo, ghi (qword lane r = row r's 8 unsigned codes).
+ * pl_iqx_dot, per activation row: its 8 q8 codes of the group q broadcast to every lane and,
+ * with signs (the group's two 64-bit masks, rows 0-7 then 8-15, bit 8r + j = weight j of row
+ * r), negated under them; vpdpbusd then adds row r's products into lanes 2r, 2r + 1 of *alo /
+ * *ahi. The iq1 grids hold the codes shifted to unsigned and pass signs = NULL (a constant: the
+ * masking folds away). */
+PL_IQX_AI void pl_iqx_gather(__m256i ixlo, __m256i ixhi, const void *grid, __m512i *glo, __m512i *ghi) {
+    *glo = _mm512_i32gather_epi64(ixlo, grid, 8);
+    *ghi = _mm512_i32gather_epi64(ixhi, grid, 8);
+}
+
+PL_IQX_AI void pl_iqx_dot(__m512i glo, __m512i ghi, const uint64_t *signs, const int8_t *q, __m512i *alo, __m512i *ahi) {
+    int64_t qa;
+    memcpy(&qa, q, 8);
+    const __m512i a = _mm512_set1_epi64(qa);
+    __m512i alo_q = a, ahi_q = a;
+    if (signs) {
+        alo_q = _mm512_mask_sub_epi8(a, _load_mask64((__mmask64 *)&signs[0]), _mm512_setzero_si512(), a);
+        ahi_q = _mm512_mask_sub_epi8(a, _load_mask64((__mmask64 *)&signs[1]), _mm512_setzero_si512(), a);
+    }
+    *alo = _mm512_dpbusd_epi32(*alo, glo, alo_q);
+    *ahi = _mm512_dpbusd_epi32(*ahi, ghi, ahi_q);
+}
+
+/* The float step per block of every kernel here: row r's integer block sum is lanes 2r and 2r + 1
+ * of blo (rows 0-7) / bhi (rows 8-15); accf[c] += (d16 * dy) * that sum, lane r = row r. */
+PL_IQX_AI void pl_iqx_block_acc(const __m512i *blo, const __m512i *bhi, __m512 d16, const pl_q8kx *const *y, int64_t b,
+                                __m512 *accf, const int R) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    PL_UNROLL
+    for (int c = 0; c < R; c++) {
+        const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
+                                             _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
+        accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
+    }
+}
+
 /* One panel, R activation rows: acc[c] += the 16 rows' block terms. */
 PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
                                 __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     /* the scale bit of group l of a sub-block sits in bit 7 of the bytes of 128-bit lane l:
      * shifting its words right by 7 - l brings it to bit l of the same byte */
     const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
@@ -84,19 +126,12 @@ PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t
             PL_UNROLL
             for (int l = 0; l < 4; l++) {
                 const int g = 4 * s + l;
-                const __m512i glo = _mm512_i32gather_epi64(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g))),
-                                                           (const void *)pl_iq2xxs_grid, 8);
-                const __m512i ghi = _mm512_i32gather_epi64(
-                    _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g + 8))), (const void *)pl_iq2xxs_grid, 8);
-                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                const __m256i ixlo = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g)));
+                const __m256i ixhi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(idx + 16 * g + 8)));
+                __m512i glo, ghi;
+                pl_iqx_gather(ixlo, ixhi, pl_iq2xxs_grid, &glo, &ghi);
                 PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    int64_t q;
-                    memcpy(&q, y[c][b].b.qs + 8 * g, 8);
-                    const __m512i a = _mm512_set1_epi64(q);
-                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
-                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
-                }
+                for (int c = 0; c < R; c++) pl_iqx_dot(glo, ghi, &km[2 * l], y[c][b].b.qs + 8 * g, &alo[c], &ahi[c]);
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
@@ -105,13 +140,7 @@ PL_IQX_AI void pl_iq2xxsx_panel(int64_t nb, const uint8_t *codes, const uint16_t
             }
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
-                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
-            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
-            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
-        }
+        pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
 
@@ -163,8 +192,6 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
                                __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t b = 0; b < nb; b++) {
         const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
         const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
@@ -199,17 +226,10 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
                 const int g = 4 * s + l;
                 const __m512i ix = _mm512_and_si512(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(q + 16 * g))),
                                                     _mm512_set1_epi32(511));
-                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iq2xs_grid, 8);
-                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iq2xs_grid, 8);
-                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                __m512i glo, ghi;
+                pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iq2xs_grid, &glo, &ghi);
                 PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    int64_t qa;
-                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
-                    const __m512i a = _mm512_set1_epi64(qa);
-                    alo[l >> 1][c] = _mm512_dpbusd_epi32(alo[l >> 1][c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
-                    ahi[l >> 1][c] = _mm512_dpbusd_epi32(ahi[l >> 1][c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
-                }
+                for (int c = 0; c < R; c++) pl_iqx_dot(glo, ghi, &km[2 * l], y[c][b].b.qs + 8 * g, &alo[l >> 1][c], &ahi[l >> 1][c]);
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
@@ -218,13 +238,7 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
             }
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
-                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
-            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
-            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
-        }
+        pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
 
@@ -273,8 +287,6 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
                               __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1SX_CODES;
         const uint16_t *qh = (const uint16_t *)(q + 512);
@@ -304,16 +316,10 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
                 const __m512i hi3 = _mm512_and_si512(_mm512_srli_epi32(h, 3 * l), _mm512_set1_epi32(7));
                 const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
                                                    _mm512_slli_epi32(hi3, 8));
-                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1s_u, 8);
-                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1s_u, 8);
+                __m512i glo, ghi;
+                pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iqx_iq1s_u, &glo, &ghi);
                 PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    int64_t qa;
-                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
-                    const __m512i a = _mm512_set1_epi64(qa);
-                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
-                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
-                }
+                for (int c = 0; c < R; c++) pl_iqx_dot(glo, ghi, NULL, y[c][b].b.qs + 8 * g, &alo[c], &ahi[c]);
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
@@ -323,13 +329,7 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
             }
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
-                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
-            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
-            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
-        }
+        pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
 
@@ -376,8 +376,6 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
 PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *const *y, __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
         const uint16_t *sc = (const uint16_t *)(q + 768);
@@ -404,16 +402,10 @@ PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *c
                 const __m512i n4 = h ? _mm512_srli_epi32(nib, 4) : _mm512_and_si512(nib, _mm512_set1_epi32(15));
                 const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
                                                    _mm512_slli_epi32(n4, 8));
-                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iqx_iq1m_u, 8);
-                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iqx_iq1m_u, 8);
+                __m512i glo, ghi;
+                pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iqx_iq1m_u, &glo, &ghi);
                 PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    int64_t qa;
-                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
-                    const __m512i a = _mm512_set1_epi64(qa);
-                    alo[c] = _mm512_dpbusd_epi32(alo[c], glo, a);
-                    ahi[c] = _mm512_dpbusd_epi32(ahi[c], ghi, a);
-                }
+                for (int c = 0; c < R; c++) pl_iqx_dot(glo, ghi, NULL, y[c][b].b.qs + 8 * g, &alo[c], &ahi[c]);
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
@@ -430,13 +422,7 @@ PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *c
             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
                             _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
         const __m512 d16 = _mm512_cvtph_ps(dh);
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
-                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
-            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
-            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
-        }
+        pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
 
@@ -477,8 +463,6 @@ PL_IQX_AI void pl_iq2sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
                                __m512 *accf, const int R) {
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ2SX_CODES, *sgb = q + 512, *qhb = q + 1024, *scb = q + 1152;
         __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
@@ -506,17 +490,10 @@ PL_IQX_AI void pl_iq2sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
                 const int g = 4 * s + l;
                 const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
                                                    _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(hb, 2 * l), _mm512_set1_epi32(3)), 8));
-                const __m512i glo = _mm512_i32gather_epi64(_mm512_castsi512_si256(ix), (const void *)pl_iq2s_grid, 8);
-                const __m512i ghi = _mm512_i32gather_epi64(_mm512_extracti64x4_epi64(ix, 1), (const void *)pl_iq2s_grid, 8);
-                const __mmask64 klo = _load_mask64((__mmask64 *)&km[2 * l]), khi = _load_mask64((__mmask64 *)&km[2 * l + 1]);
+                __m512i glo, ghi;
+                pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iq2s_grid, &glo, &ghi);
                 PL_UNROLL
-                for (int c = 0; c < R; c++) {
-                    int64_t qa;
-                    memcpy(&qa, y[c][b].b.qs + 8 * g, 8);
-                    const __m512i a = _mm512_set1_epi64(qa);
-                    alo[l >> 1][c] = _mm512_dpbusd_epi32(alo[l >> 1][c], glo, _mm512_mask_sub_epi8(a, klo, _mm512_setzero_si512(), a));
-                    ahi[l >> 1][c] = _mm512_dpbusd_epi32(ahi[l >> 1][c], ghi, _mm512_mask_sub_epi8(a, khi, _mm512_setzero_si512(), a));
-                }
+                for (int c = 0; c < R; c++) pl_iqx_dot(glo, ghi, &km[2 * l], y[c][b].b.qs + 8 * g, &alo[l >> 1][c], &ahi[l >> 1][c]);
             }
             PL_UNROLL
             for (int c = 0; c < R; c++) {
@@ -525,13 +502,7 @@ PL_IQX_AI void pl_iq2sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
             }
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
-        PL_UNROLL
-        for (int c = 0; c < R; c++) {
-            const __m512i sum = _mm512_add_epi32(_mm512_permutex2var_epi32(blo[c], even, bhi[c]),
-                                                 _mm512_permutex2var_epi32(blo[c], odd, bhi[c]));
-            const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[c][b].b.d));
-            accf[c] = _mm512_add_ps(accf[c], _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
-        }
+        pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
 

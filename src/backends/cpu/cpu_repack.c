@@ -149,30 +149,36 @@ static inline void pl_st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 /* Four codes (bytes) at a time: the 4 elements of a chunk of one row are 4
  * consecutive bytes both in the original blocks and in the layout. A full
  * panel writes every byte of its blocks; rows past nr (a padded last panel)
- * are zero: d = dmin = 0, codes 0. */
-static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q4kx16 *out) {
-    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
-    for (int64_t b = 0; b < nb; b++) {
-        pl_q4kx16 *o = &out[b];
-        for (int r = 0; r < nr; r++) {
-            const block_q4_K *x = (const block_q4_K *)(src + r * row_bytes) + b;
-            o->d[r] = x->d;
-            o->dmin[r] = x->dmin;
-            for (int g = 0; g < 8; g++) {
-                uint8_t sc, m;
-                pl_q4k_scale_min(g, x->scales, &sc, &m);
-                o->sc[g][r] = sc;
-                o->m[g / 2][r][g & 1] = m;
-                const uint8_t *q = x->qs + 32 * (g / 2);   /* group g: nibble g & 1 of these 32 bytes */
-                for (int v = 0; v < 4; v++) {
-                    const uint32_t w0 = pl_ld32(q + 8 * v), w1 = pl_ld32(q + 8 * v + 4);
-                    const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
-                    const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
-                    pl_st32(&o->qs[v][g][4 * r], lo | hi << 4);
-                }
-            }
+ * are zero: d = dmin = 0, codes 0.
+ * Row r of a q4_K / q5_K panel block from the fields the two block types
+ * share (d, dmin, the 12 scale bytes, the 128 nibble bytes): the scales and
+ * mins unpacked, the nibbles into the low-bit vectors qs. */
+static void pl_pack_k45_row(const uint16_t d, const uint16_t dmin, const uint8_t *scales, const uint8_t *qs, int r,
+                            pl_kx16_scales *o, uint8_t (*oqs)[8][64]) {
+    o->d[r] = d;
+    o->dmin[r] = dmin;
+    for (int g = 0; g < 8; g++) {
+        uint8_t sc, m;
+        pl_q4k_scale_min(g, scales, &sc, &m);
+        o->sc[g][r] = sc;
+        o->m[g / 2][r][g & 1] = m;
+        const uint8_t *q = qs + 32 * (g / 2);   /* group g: nibble g & 1 of these 32 bytes */
+        for (int v = 0; v < 4; v++) {
+            const uint32_t w0 = pl_ld32(q + 8 * v), w1 = pl_ld32(q + 8 * v + 4);
+            const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
+            const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
+            pl_st32(&oqs[v][g][4 * r], lo | hi << 4);
         }
     }
+}
+
+static void pl_pack_q4k_panel(const char *src, size_t row_bytes, int64_t nb, int nr, pl_q4kx16 *out) {
+    if (nr < PL_KQX_ROWS) memset(out, 0, (size_t)nb * sizeof *out);   /* the padding rows */
+    for (int64_t b = 0; b < nb; b++)
+        for (int r = 0; r < nr; r++) {
+            const block_q4_K *x = (const block_q4_K *)(src + r * row_bytes) + b;
+            pl_pack_k45_row(x->d, x->dmin, x->scales, x->qs, r, &out[b].s, out[b].qs);
+        }
 }
 
 /* q5_K: element 32g + l has its low 4 bits where q4_K has them (nibble
@@ -183,26 +189,13 @@ static void pl_pack_q5k_panel(const char *src, size_t row_bytes, int64_t nb, int
         pl_q5kx16 *o = &out[b];
         for (int r = 0; r < nr; r++) {
             const block_q5_K *x = (const block_q5_K *)(src + r * row_bytes) + b;
-            o->d[r] = x->d;
-            o->dmin[r] = x->dmin;
-            for (int g = 0; g < 8; g++) {
-                uint8_t sc, m;
-                pl_q4k_scale_min(g, x->scales, &sc, &m);
-                o->sc[g][r] = sc;
-                o->m[g / 2][r][g & 1] = m;
-                const uint8_t *q = x->qs + 32 * (g / 2);
-                for (int v = 0; v < 4; v++) {
-                    const uint32_t w0 = pl_ld32(q + 8 * v), w1 = pl_ld32(q + 8 * v + 4);
-                    const uint32_t lo = (g & 1) ? (w0 >> 4) & 0x0F0F0F0Fu : w0 & 0x0F0F0F0Fu;
-                    const uint32_t hi = (g & 1) ? (w1 >> 4) & 0x0F0F0F0Fu : w1 & 0x0F0F0F0Fu;
-                    pl_st32(&o->qs[v][g][4 * r], lo | hi << 4);
-                }
+            pl_pack_k45_row(x->d, x->dmin, x->scales, x->qs, r, &o->s, o->qs);
+            for (int g = 0; g < 8; g++)
                 for (int e = 0; e < 4; e++) {
                     uint8_t h = 0;
                     for (int c = 0; c < 8; c++) h |= (uint8_t)(((x->qh[4 * c + e] >> g) & 1) << c);
                     o->qh[g][4 * r + e] = h;
                 }
-            }
         }
     }
 }
@@ -556,32 +549,23 @@ void pl_cpu_packed_get_row(const pl_cpu_packed *pk, int64_t r, float *out) {
             }
             break;
         }
-        case PL_PACK_Q4K_X16: {
-            const pl_q4kx16 *x = (const pl_q4kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
-            for (int64_t b = 0; b < nb; b++, out += QK_K) {
-                const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
-                for (int g = 0; g < 8; g++) {
-                    const float d1 = d * x[b].sc[g][l], m1 = dmin * x[b].m[g / 2][l][g & 1];
-                    for (int kk = 0; kk < 32; kk++) {
-                        const int c = kk / 4, e = kk % 4;
-                        const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
-                        out[32 * g + kk] = d1 * q - m1;
-                    }
-                }
-            }
-            break;
-        }
+        case PL_PACK_Q4K_X16:
         case PL_PACK_Q5K_X16: {
-            /* d1 * (nibble + 16 * high bit) - m1, as pl_dequantize_row_q5_K */
-            const pl_q5kx16 *x = (const pl_q5kx16 *)pk->data + (r / PL_KQX_ROWS) * nb;
+            /* d1 * code - m1, as pl_dequantize_row_q4_K / q5_K (q5_K's code: nibble + 16 * high bit) */
+            const bool q5 = pk->kind == PL_PACK_Q5K_X16;
+            const size_t bsz = q5 ? sizeof(pl_q5kx16) : sizeof(pl_q4kx16);
+            const char *base = (const char *)pk->data + (size_t)(r / PL_KQX_ROWS) * (size_t)nb * bsz;
             for (int64_t b = 0; b < nb; b++, out += QK_K) {
-                const float d = pl_f16_to_f32(x[b].d[l]), dmin = pl_f16_to_f32(x[b].dmin[l]);
+                const char *xb = base + (size_t)b * bsz;
+                const pl_kx16_scales *s = q5 ? &((const pl_q5kx16 *)xb)->s : &((const pl_q4kx16 *)xb)->s;
+                const uint8_t (*qs)[8][64] = q5 ? ((const pl_q5kx16 *)xb)->qs : ((const pl_q4kx16 *)xb)->qs;
+                const float d = pl_f16_to_f32(s->d[l]), dmin = pl_f16_to_f32(s->dmin[l]);
                 for (int g = 0; g < 8; g++) {
-                    const float d1 = d * x[b].sc[g][l], m1 = dmin * x[b].m[g / 2][l][g & 1];
+                    const float d1 = d * s->sc[g][l], m1 = dmin * s->m[g / 2][l][g & 1];
                     for (int kk = 0; kk < 32; kk++) {
                         const int c = kk / 4, e = kk % 4;
-                        const int q = (x[b].qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
-                        const int h = (x[b].qh[g][4 * l + e] >> c) & 1;
+                        const int q = (qs[c / 2][g][4 * l + e] >> (4 * (c & 1))) & 0xF;
+                        const int h = q5 ? (((const pl_q5kx16 *)xb)->qh[g][4 * l + e] >> c) & 1 : 0;
                         out[32 * g + kk] = d1 * (q + (h ? 16 : 0)) - m1;
                     }
                 }
