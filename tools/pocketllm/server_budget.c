@@ -1,0 +1,62 @@
+/* The time budget of a serve step (see server_budget.h). */
+#include "server_budget.h"
+#include <math.h>
+
+/* Weight of a new sample: about the last 8 steps count, so a change of load
+ * (a sequence joining, another process taking a core) is followed within a
+ * second of decoding, while one noisy step moves the estimate by 1/8. */
+#define EST_ALPHA 0.125
+/* A step with few prompt tokens says little about their cost (its time is
+ * mostly the decode part and noise): its sample weighs np / (np + 8) of a
+ * full one. */
+#define PROMPT_WEIGHT_TOKENS 8.0
+
+static double ewma(double est, double sample, double alpha) {
+    return est > 0 ? est + alpha * (sample - est) : sample;
+}
+
+void pl_srv_step_observe(pl_srv_step_est *e, int n_decode, int n_prompt, double dt) {
+    if (!e || !(dt > 0) || !isfinite(dt) || n_decode < 0 || n_prompt < 0 || n_decode + n_prompt == 0) return;
+    if (n_prompt == 0) {
+        e->decode_s = ewma(e->decode_s, dt / n_decode, EST_ALPHA);
+        e->n_decode++;
+        return;
+    }
+    double dec = 0;
+    if (n_decode > 0) {
+        if (!(e->decode_s > 0)) return;
+        dec = n_decode * e->decode_s;
+    }
+    /* Noise can make the step shorter than its predicted decode part; the
+     * sample is then 0, and the estimate only shrinks by its weight (an
+     * estimate too low gives a large chunk, whose step corrects it). */
+    double sample = (dt - dec) / n_prompt;
+    if (sample < 0) sample = 0;
+    if (!(e->prompt_s > 0)) {
+        if (sample > 0) { e->prompt_s = sample; e->n_prompt++; }
+        return;
+    }
+    double w = EST_ALPHA * n_prompt / (n_prompt + PROMPT_WEIGHT_TOKENS);
+    e->prompt_s = ewma(e->prompt_s, sample, w);
+    e->n_prompt++;
+}
+
+int pl_srv_step_prompt_budget(const pl_srv_step_est *e, const pl_srv_budget_cfg *c, int n_decode) {
+    int n_batch = c->n_batch > 0 ? c->n_batch : 1;
+    if (n_decode <= 0) return n_batch;
+    int cap = c->cap > 0 && c->cap < n_batch ? c->cap : n_batch;
+    int room = cap - n_decode;
+    if (room < 1) room = 1;
+    if (!c->timed) return room;
+    bool known = e && e->decode_s > 0 && isfinite(e->decode_s) && e->prompt_s > 0 && isfinite(e->prompt_s);
+    if (!known) {
+        int k = (c->fallback > 0 ? c->fallback : 1) - n_decode;
+        return k < 1 ? 1 : k > room ? room : k;
+    }
+    double t_decode = n_decode * e->decode_s;
+    double factor = c->factor > 1 && isfinite(c->factor) ? c->factor : 1;
+    double target = c->max_step_s > 0 && isfinite(c->max_step_s) ? c->max_step_s : factor * t_decode;
+    double k = floor((target - t_decode) / e->prompt_s);
+    if (!(k >= 1)) return 1;               /* NaN too */
+    return k >= room ? room : (int)k;
+}
