@@ -125,6 +125,26 @@ static void check_bad_timings(void) {
     CHECK(near(e.decode_s, 0.02), "NaN decode step changed the estimate: %g", e.decode_s);
 }
 
+/* One stalled step moves an estimate by a bounded amount; a lasting
+ * slowdown is followed. */
+static void check_outliers(void) {
+    pl_srv_step_est e = {0};
+    pl_srv_step_observe(&e, 4, 0, 0.08);
+    pl_srv_step_observe(&e, 0, 100, 0.3);
+    pl_srv_step_observe(&e, 4, 0, 8.0); /* a 100x stall */
+    CHECK(e.decode_s > 0.02 && e.decode_s <= 0.02 * (1 + EST_ALPHA * (SAMPLE_CLAMP - 1)) + 1e-12,
+          "decode after a stall: %g", e.decode_s);
+    pl_srv_step_observe(&e, 4, 2, e.decode_s * 4 + 1.0); /* 0.5 s per prompt token, 166x */
+    CHECK(e.prompt_s > 0.003 && e.prompt_s <= 0.003 * (1 + EST_ALPHA * (SAMPLE_CLAMP - 1)) + 1e-12,
+          "prompt after a stall: %g", e.prompt_s);
+    for (int i = 0; i < 60; i++) {
+        pl_srv_step_observe(&e, 4, 0, 0.24);              /* the machine is 3x slower now */
+        pl_srv_step_observe(&e, 4, 20, 0.24 + 20 * 0.009);
+    }
+    CHECK(fabs(e.decode_s - 0.06) < 0.003, "decode after a lasting slowdown: %g", e.decode_s);
+    CHECK(fabs(e.prompt_s - 0.009) < 0.001, "prompt after a lasting slowdown: %g", e.prompt_s);
+}
+
 /* From wrong estimates, steps made by the true costs bring the chunk to
  * what those costs give, with the load changing on the way. */
 static void check_converges(void) {
@@ -180,6 +200,7 @@ int main(void) {
     check_fixed();
     check_learned();
     check_bad_timings();
+    check_outliers();
     check_converges();
     check_bounds();
     return pl_test_summary("test_server_budget");

@@ -11,8 +11,17 @@
  * full one. */
 #define PROMPT_WEIGHT_TOKENS 8.0
 
+/* A sample above this multiple of the estimate is taken at that multiple:
+ * a step stalled by the OS (a preempted thread on a shared machine) would
+ * otherwise move the estimate by its whole stall, and a step with a few
+ * prompt tokens divides such a stall among them only. A real slowdown
+ * still shows within a few steps. */
+#define SAMPLE_CLAMP 4.0
+
 static double ewma(double est, double sample, double alpha) {
-    return est > 0 ? est + alpha * (sample - est) : sample;
+    if (!(est > 0)) return sample;
+    if (sample > SAMPLE_CLAMP * est) sample = SAMPLE_CLAMP * est;
+    return est + alpha * (sample - est);
 }
 
 void pl_srv_step_observe(pl_srv_step_est *e, int n_decode, int n_prompt, double dt) {
