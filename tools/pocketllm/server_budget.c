@@ -27,14 +27,15 @@ static double ewma(double est, double sample, double alpha) {
 void pl_srv_step_observe(pl_srv_step_est *e, int n_decode, int n_prompt, double dt) {
     if (!e || !(dt > 0) || !isfinite(dt) || n_decode < 0 || n_prompt < 0 || n_decode + n_prompt == 0) return;
     if (n_prompt == 0) {
-        e->decode_s = ewma(e->decode_s, dt / n_decode, EST_ALPHA);
+        e->decode_s = ewma(e->decode_s, dt, EST_ALPHA);
+        e->decode_n = e->decode_n > 0 ? e->decode_n + EST_ALPHA * (n_decode - e->decode_n) : n_decode;
         e->n_decode++;
         return;
     }
     double dec = 0;
     if (n_decode > 0) {
-        if (!(e->decode_s > 0)) return;
-        dec = n_decode * e->decode_s;
+        dec = pl_srv_step_decode_time(e, n_decode);
+        if (!(dec > 0)) return;
     }
     /* Noise can make the step shorter than its predicted decode part; the
      * sample is then 0, and the estimate only shrinks by its weight (an
@@ -50,6 +51,12 @@ void pl_srv_step_observe(pl_srv_step_est *e, int n_decode, int n_prompt, double 
     e->n_prompt++;
 }
 
+double pl_srv_step_decode_time(const pl_srv_step_est *e, int n_decode) {
+    if (!e || !(e->decode_s > 0) || !isfinite(e->decode_s) || n_decode <= 0) return 0;
+    double ref = e->decode_n >= 1 && isfinite(e->decode_n) ? e->decode_n : 1;
+    return n_decode > ref ? e->decode_s * (n_decode / ref) : e->decode_s;
+}
+
 int pl_srv_step_prompt_budget(const pl_srv_step_est *e, const pl_srv_budget_cfg *c, int n_decode) {
     int n_batch = c->n_batch > 0 ? c->n_batch : 1;
     if (n_decode <= 0) return n_batch;
@@ -57,12 +64,12 @@ int pl_srv_step_prompt_budget(const pl_srv_step_est *e, const pl_srv_budget_cfg 
     int room = cap - n_decode;
     if (room < 1) room = 1;
     if (!c->timed) return room;
-    bool known = e && e->decode_s > 0 && isfinite(e->decode_s) && e->prompt_s > 0 && isfinite(e->prompt_s);
+    double t_decode = pl_srv_step_decode_time(e, n_decode);
+    bool known = t_decode > 0 && isfinite(t_decode) && e->prompt_s > 0 && isfinite(e->prompt_s);
     if (!known) {
         int k = (c->fallback > 0 ? c->fallback : 1) - n_decode;
         return k < 1 ? 1 : k > room ? room : k;
     }
-    double t_decode = n_decode * e->decode_s;
     double factor = c->factor > 1 && isfinite(c->factor) ? c->factor : 1;
     double target = c->max_step_s > 0 && isfinite(c->max_step_s) ? c->max_step_s : factor * t_decode;
     double k = floor((target - t_decode) / e->prompt_s);

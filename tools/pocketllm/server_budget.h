@@ -3,12 +3,23 @@
  *
  * While sequences decode, every step is one inter-token latency for each of
  * them, so the prompt tokens added to a step are chosen to keep the step's
- * predicted time within a target. The prediction comes from two
- * exponentially weighted estimates, learned from the steps actually run:
- * seconds of a decode step per decoding sequence (from steps that carry no
- * prompt tokens) and seconds per prompt token (what a step with prompt tokens
- * took beyond its predicted decode part). Pure functions of the estimates:
- * no clock, no locks (tests/test_server_budget.c).
+ * predicted time within a target. The prediction comes from exponentially
+ * weighted estimates, learned from the steps actually run: the time of a
+ * decode-only step and how many sequences it decoded, and seconds per prompt
+ * token (what a step with prompt tokens took beyond its predicted decode
+ * part). Pure functions of the estimates: no clock, no locks
+ * (tests/test_server_budget.c).
+ *
+ * The decode part of a step with n decoders is the decode-only step time
+ * scaled up when n is above the decoders it was measured with, never down:
+ * a decode step is bound by reading the weights, so on a CPU 2 rows cost
+ * what 8 do (measured: 4 decode rows and up to 4 prompt rows, one cost). A
+ * per-sequence cost scaled down for the fewer decoders of a step whose
+ * other slots are in prefill put the rest of the weight read on the prompt
+ * tokens, a few of them: their cost came out several times too high, the
+ * next chunk smaller, its per-token share of the error larger, down to one
+ * token a step. Erring the other way is stable: too large a chunk divides
+ * the error among more tokens.
  */
 #ifndef PL_SERVER_BUDGET_H
 #define PL_SERVER_BUDGET_H
@@ -18,7 +29,8 @@
 /* Learned step costs. 0 = no estimate yet (a cost is never measured as 0:
  * such samples are dropped). */
 typedef struct pl_srv_step_est {
-    double decode_s;      /* seconds of a decode-only step per decoding sequence */
+    double decode_s;      /* seconds of a decode-only step */
+    double decode_n;      /* sequences decoded in those steps */
     double prompt_s;      /* seconds per prompt token added to a step */
     uint64_t n_decode;    /* samples taken into each estimate */
     uint64_t n_prompt;
@@ -38,6 +50,10 @@ typedef struct pl_srv_budget_cfg {
  * ignored, as are steps with prompt tokens whose decode part cannot be told
  * apart yet (decoders but no decode estimate). */
 void pl_srv_step_observe(pl_srv_step_est *e, int n_decode, int n_prompt, double dt);
+
+/* Predicted time of the decode part of a step with n_decode decoders (0
+ * while unknown). */
+double pl_srv_step_decode_time(const pl_srv_step_est *e, int n_decode);
 
 /* Prompt tokens to add to a step that holds n_decode decode tokens: with
  * nobody decoding, a full chunk (n_batch); else what keeps the predicted
