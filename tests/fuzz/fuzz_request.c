@@ -32,6 +32,7 @@
 
 #include "../../tools/pocketllm/server_text.c"
 #include "../../tools/pocketllm/server_tools.c"
+#include "../../tools/pocketllm/server_budget.c"
 #include "../../tools/pocketllm/server_sched.c"
 #include "../../tools/pocketllm/server_spill.c"
 #include "../../tools/pocketllm/server_openai.c"

@@ -87,6 +87,39 @@ def test_chunked_outputs_identical(make_server):
         assert got_big[i] == alone[i], f"prompt {i}: unchunked concurrent output differs from alone"
 
 
+def test_time_budget_outputs_identical(make_server):
+    """The time budget (the default) picks each step's chunk from measured
+    costs, so its splits vary from run to run: outputs must not. A 1 ms
+    target is below any decode step, so each step while decoding carries a
+    single prompt token (the most splits); the default target splits where
+    the timings say. Both against each prompt alone, and the learned costs
+    are on /metrics."""
+    tight = make_server("--parallel", "6", "--max-step-ms", "1", "--metrics")
+    assert "steps of 1 ms while decoding, at most" in tight.log_text()
+    alone = [None] * len(PROMPTS)
+    for i, p in enumerate(PROMPTS):
+        complete(tight, p, alone, i)
+    got_tight = concurrent(tight)
+    m = tight.metrics()
+    assert m["pocketllm:step_decode_seconds"] > 0, m
+    assert m["pocketllm:step_prompt_seconds_per_token"] > 0, m
+    auto = make_server("--parallel", "6")
+    assert "steps of 1.5 x a decode step while decoding" in auto.log_text()
+    got_auto = concurrent(auto)
+    for i in range(len(PROMPTS)):
+        assert got_tight[i] == alone[i], f"prompt {i}: 1 ms time budget output differs from alone"
+        assert got_auto[i] == alone[i], f"prompt {i}: default time budget output differs from alone"
+
+
+def test_time_budget_keeps_a_stream_flowing(make_server):
+    # A 1 ms target: B's ~1600-token prompt gets one token a step beside A's
+    # decode token, so A keeps streaming (compare the budget-8 test below).
+    s = make_server("--parallel", "2", "--ctx", "2048", "--batch", "2048", "--max-step-ms", "1")
+    n, n_b = interleaving(s)
+    assert n_b > 1200, n_b
+    assert n >= 120, f"only {n} tokens of the decoding stream during a {n_b}-token prefill"
+
+
 def interleaving(s):
     """A streams a long generation; once it is flowing, B sends a long prompt.
     Returns how many of A's tokens arrived between B's request and B's first

@@ -14,9 +14,16 @@ static const char *serve_usage =
     "  --parallel N         sequences decoded together = KV-cache slots (default 4)\n"
     "  --ctx N              context length per slot (default min(model, 4096))\n"
     "  --batch N            max tokens per forward step (default 512)\n"
-    "  --max-num-batched-tokens N  chunked prefill: tokens per step while any sequence is decoding,\n"
-    "                       its decode tokens included (vLLM's name; default min(128, --batch)); a long\n"
-    "                       prompt is prefilled N at a time between the others' decode steps\n"
+    "  --max-num-batched-tokens N  chunked prefill: at most N tokens per step while any sequence is\n"
+    "                       decoding, its decode tokens included (vLLM's name; default --batch); given\n"
+    "                       without --max-step-ms, exactly that budget (no time budget): a long prompt\n"
+    "                       is prefilled N at a time between the others' decode steps\n"
+    "  --max-step-ms MS     time budget of a step while any sequence is decoding (= their inter-token\n"
+    "                       latency): prompt tokens are added to a step only as far as its predicted\n"
+    "                       time (from measured decode and prompt-token costs) stays within MS\n"
+    "                       (default: --max-step-factor x the measured decode step; 0 = off, a fixed\n"
+    "                       128 tokens); a prompt with nobody decoding gets a full --batch chunk\n"
+    "  --max-step-factor F  the default --max-step-ms as a multiple of the decode step (default 1.5)\n"
     "  --queue N            requests that may wait for a slot (default 4 x parallel; more get 503)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --device ref|cpu|cuda backend (default cpu; 'pocketllm devices' lists them)\n"
@@ -59,6 +66,8 @@ static int cmd_serve(int argc, char **argv) {
     cfg.prompt_cache = true;
     cfg.slot_similarity = 0.5f;
     cfg.drain_timeout = 30;
+    cfg.max_step_ms = -1;
+    cfg.max_step_factor = 1.5;
     const char *v;
     bool bad = false;
     long long x;
@@ -76,6 +85,20 @@ static int cmd_serve(int argc, char **argv) {
             if (!pl_cli_parse_float(v, &f) || !(f >= 0 && f <= 1))
                 return pl_cli_error("bad --slot-prompt-similarity '%s' (a number from 0 to 1)", v);
             cfg.slot_similarity = (float)f;
+        }
+        else if (pl_cli_opt(argc, argv, &i, "--max-step-ms", &v, &bad)) {
+            double f;
+            if (bad) break;
+            if (!pl_cli_parse_float(v, &f) || !(f >= 0 && f <= 1e6))
+                return pl_cli_error("bad --max-step-ms '%s' (milliseconds, 0 = off)", v);
+            cfg.max_step_ms = f;
+        }
+        else if (pl_cli_opt(argc, argv, &i, "--max-step-factor", &v, &bad)) {
+            double f;
+            if (bad) break;
+            if (!pl_cli_parse_float(v, &f) || !(f > 1 && f <= 1000))
+                return pl_cli_error("bad --max-step-factor '%s' (a number above 1)", v);
+            cfg.max_step_factor = f;
         }
         else if (pl_cli_opt(argc, argv, &i, "--model", &cfg.model_path, &bad) ||
                  pl_cli_opt(argc, argv, &i, "-m", &cfg.model_path, &bad)) {}
@@ -198,6 +221,17 @@ static int cmd_serve(int argc, char **argv) {
      * prompt always advances (server_sched.c). */
     s.step_budget = cfg.max_batched_tokens > 0 ? cfg.max_batched_tokens : 128;
     if (s.step_budget > s.n_batch) s.step_budget = s.n_batch;
+    /* The time budget (server_budget.h) unless --max-step-ms 0, or an
+     * explicit --max-num-batched-tokens without --max-step-ms (its fixed
+     * count, as before the time budget). --max-num-batched-tokens stays a
+     * hard cap; until both costs are measured a step holds the old default
+     * count. */
+    s.budget.n_batch = s.n_batch;
+    s.budget.timed = cfg.max_step_ms != 0 && !(cfg.max_batched_tokens > 0 && cfg.max_step_ms < 0);
+    s.budget.cap = s.budget.timed && cfg.max_batched_tokens <= 0 ? s.n_batch : s.step_budget;
+    s.budget.max_step_s = cfg.max_step_ms > 0 ? cfg.max_step_ms / 1e3 : 0;
+    s.budget.factor = cfg.max_step_factor;
+    s.budget.fallback = s.step_budget;
     int rc = 0;
     if (cfg.cache_ram_mib > 0) {
         /* The model is loaded: its plan is resident now; the store comes on
@@ -221,9 +255,17 @@ static int cmd_serve(int argc, char **argv) {
         goto done;
     }
     atomic_store(&s.state, PL_SRV_READY);
-    pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d (%d while decoding), queue %d%s",
+    char while_decoding[96];
+    if (!s.budget.timed) snprintf(while_decoding, sizeof while_decoding, "%d while decoding", s.step_budget);
+    else if (s.budget.max_step_s > 0)
+        snprintf(while_decoding, sizeof while_decoding, "steps of %g ms while decoding, at most %d tokens",
+                 cfg.max_step_ms, s.budget.cap);
+    else
+        snprintf(while_decoding, sizeof while_decoding, "steps of %g x a decode step while decoding, at most %d tokens",
+                 cfg.max_step_factor, s.budget.cap);
+    pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d (%s), queue %d%s",
                s.model_id, pl_model_arch(s.model), pl_model_device(s.model), (pl_srv_now() - t0) * 1e3, s.n_seq,
-               s.n_ctx, s.n_batch, s.step_budget, cfg.queue, cfg.api_key ? ", API key required" : "");
+               s.n_ctx, s.n_batch, while_decoding, cfg.queue, cfg.api_key ? ", API key required" : "");
 
     int sig = 0;
     sigwait(&sigs, &sig);

@@ -23,6 +23,7 @@
 #ifndef PL_SERVER_H
 #define PL_SERVER_H
 #include "pocketllm.h"
+#include "server_budget.h"
 #include "server_text.h"
 #include "server_tools.h"
 #include <jansson.h>
@@ -46,6 +47,11 @@ typedef struct pl_srv_config {
     int parallel;            /* KV-cache slots = sequences decoded together */
     int batch;               /* max tokens per forward step */
     int max_batched_tokens;  /* tokens per step while sequences decode (chunked prefill); 0 = default */
+    /* Time budget of a step while sequences decode (server_budget.h):
+     * max_step_ms > 0 a fixed target, < 0 (default) max_step_factor times
+     * the measured decode step, 0 off (the fixed token budget). */
+    double max_step_ms;
+    double max_step_factor;
     int queue;               /* requests that may wait for a slot */
     int idle_timeout;        /* seconds an idle keep-alive connection is kept */
     bool metrics;
@@ -217,6 +223,7 @@ typedef struct pl_srv {
     int32_t n_vocab, n_ctx;
     int n_seq, n_batch;
     int step_budget;             /* tokens per step while any sequence decodes (<= n_batch) */
+    pl_srv_budget_cfg budget;    /* how prompt tokens per step are chosen (server_budget.h) */
     long long started;
 
     /* chat template (server_chat.c) */
@@ -248,6 +255,7 @@ typedef struct pl_srv {
     struct pl_srv_spill *spill;  /* NULL: off */
     uint64_t spill_capacity, spill_bytes, spill_entries;
     uint64_t m_spill_saved, m_spill_hits, m_spill_tok, m_spill_evicted;
+    pl_srv_step_est est_pub;     /* the scheduler's step cost estimates, for /metrics */
 
     /* scheduler thread only */
     pthread_t sched;
@@ -257,6 +265,7 @@ typedef struct pl_srv {
     int32_t **slot_tok;          /* the tokens in each slot's KV cache, positions 0.. */
     size_t *slot_cap;
     uint64_t *slot_used_at;      /* admission number of the slot's last user (LRU) */
+    pl_srv_step_est est;         /* step costs learned from the steps run */
 
     struct MHD_Daemon *daemon;
     int bound_port;

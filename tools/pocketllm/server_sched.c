@@ -5,9 +5,12 @@
  * Each step builds a single pl_batch: first one decode token for every
  * sequence that is generating, then prompt tokens of sequences still in
  * prefill (oldest admission first) up to the step's token budget: --batch
- * when no sequence is decoding, else --max-num-batched-tokens (vLLM's name;
- * smaller), so a long prompt is prefilled in chunks interleaved with the
- * running sequences' decode steps (chunked prefill). The split of a prompt
+ * when no sequence is decoding, else as many as keep the step's predicted
+ * time within --max-step-ms (by default a multiple of the measured decode
+ * step; server_budget.c), at most --max-num-batched-tokens (vLLM's name; a
+ * fixed count when it is given alone), so a long prompt is prefilled in
+ * chunks interleaved with the running sequences' decode steps (chunked
+ * prefill). The split of a prompt
  * into chunks does not change its numbers: the model is loaded
  * batch-invariant (tests/server/test_chunked_prefill.py). Logits are
  * requested for the decode tokens and for the last prompt token of a prompt
@@ -459,12 +462,15 @@ static void *sched_main(void *arg) {
                 pl_srv_seq *t = order[j]; order[j] = order[j - 1]; order[j - 1] = t;
             }
         /* Chunked prefill: while any sequence is decoding, the step holds
-         * at most --max-num-batched-tokens tokens, so a long prompt arriving
-         * is prefilled a chunk per step between the others' decode tokens
-         * instead of stalling them for the whole prompt. With no one
-         * decoding nobody waits on the step: prefill runs at --batch. */
-        int budget = (nb > 0 ? s->step_budget : s->n_batch) - nb;
-        if (budget < 1) budget = 1;
+         * only as many prompt tokens as keep its predicted time within the
+         * target inter-token latency (--max-step-ms; capped by
+         * --max-num-batched-tokens, which alone fixes the count instead), so
+         * a long prompt arriving is prefilled a chunk per step between the
+         * others' decode tokens instead of stalling them for the whole
+         * prompt. With no one decoding nobody waits on the step: prefill
+         * runs at --batch. */
+        const int n_decode = nb;
+        int budget = pl_srv_step_prompt_budget(&s->est, &s->budget, n_decode);
         for (int i = 0; i < norder && budget > 0; i++) {
             pl_srv_seq *q = order[i];
             size_t k = q->n_prompt - q->n_fed;
@@ -490,6 +496,7 @@ static void *sched_main(void *arg) {
             st = pl_model_forward(s->model, &b, logits);
         }
         double dt = pl_srv_now() - t0;
+        if (st == PL_OK) pl_srv_step_observe(&s->est, n_decode, (int)n_prompt, dt);
 
         if (st != PL_OK) {
             char msg[256];
@@ -555,6 +562,7 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->m_steps++;
         s->m_busy_s += dt;
+        s->est_pub = s->est;
         s->m_gen_tok += n_gen;
         s->m_prompt_tok += n_prompt;
         s->m_cancelled += n_cancelled;
@@ -729,6 +737,12 @@ void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
         {"pocketllm:prompt_cache_ram_capacity_bytes", "gauge", "--cache-ram in bytes (0 = off).",
          (double)s->spill_capacity},
         {"pocketllm:prompt_cache_ram_entries", "gauge", "Prefixes kept in host memory.", (double)s->spill_entries},
+        {"pocketllm:step_decode_seconds", "gauge", "Estimated time of a decode-only step (0 = not measured yet).",
+         s->est_pub.decode_s},
+        {"pocketllm:step_decode_sequences", "gauge", "Sequences decoded in the steps of that estimate.",
+         s->est_pub.decode_n},
+        {"pocketllm:step_prompt_seconds_per_token", "gauge",
+         "Estimated step time per prompt token added to a step (0 = not measured yet).", s->est_pub.prompt_s},
         {"vllm:num_requests_running", "gauge", "Requests holding slots (vLLM name).", (double)s->slots_busy},
         {"vllm:num_requests_waiting", "gauge", "Requests waiting for a slot (vLLM name).", (double)s->q_len},
         {"vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, 1 = full (vLLM name).", kv_ratio},
