@@ -9,7 +9,8 @@
 #include "kernels/dtype.h"
 
 /* The V step of R query rows over n cache positions, AVX-512: each V row
- * (dtype t: q8_0, q4_0 or f16; row j at v + j * vs, hd elements) is decoded
+ * (dtype t: q8_0, q4_0, f16 or f32 -- a tile decoded beforehand; row j at
+ * v + j * vs, hd elements) is decoded
  * once into registers and added to every row's accumulator acc[r*hd..]:
  * E[r*ldE + j] with the sign bit set marks a new maximum (acc = acc * -E + v),
  * else acc += E * v -- pl_cpu_attq_axpy_avx2's roundings, element for
@@ -17,5 +18,18 @@
  * other shapes and dtypes. */
 bool pl_cpu_attq_vstep_avx512(int R, const float *E, int64_t ldE, int64_t n, pl_dtype t, const char *v, size_t vs,
                               int64_t hd, float *acc);
+
+/* q8_0 K scores for a prefill block (AVX-512 VNNI; the caller checks the
+ * CPU): R query rows already in q8_0 (row r at qc + r * qrow, hd / 32
+ * blocks) are packed once per block into qpack (pl_cpu_attq_qk_qpack_size
+ * bytes); then per tile of n K rows (q8_0, row j at k + j * ks)
+ * sc[r * ldS + j] = the dot of K row j and query row r, bit for bit as
+ * pl_cpu_mm_q8_0_avx2 computes it (unscaled). kpack: scratch of
+ * pl_cpu_attq_qk_kpack_size(n, hd) bytes. hd % 32 == 0. */
+size_t pl_cpu_attq_qk_qpack_size(int R, int64_t hd);
+size_t pl_cpu_attq_qk_kpack_size(int64_t n, int64_t hd);
+void pl_cpu_attq_qk_prepare(int R, const char *qc, size_t qrow, int64_t hd, void *qpack);
+void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, void *kpack,
+                           float *sc, int64_t ldS);
 
 #endif

@@ -10,6 +10,7 @@
  * straight into registers once for both. */
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 #include "backends/cpu/cpu_attention_quant.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
@@ -41,6 +42,8 @@ PL_Q512_AI void pl_attq_vload(pl_dtype t, const char *src, const int DB, __m512 
             x[k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)));
             x[k + 1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
         }
+    } else if (t == PL_F32) {   /* a tile already decoded (pl_attq_rows' V tile) */
+        for (int k = 0; k < DB; k++) x[k] = _mm512_loadu_ps((const float *)src + 16 * k);
     } else {   /* f16 */
         for (int k = 0; k < DB; k++) x[k] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 32 * k)));
     }
@@ -88,13 +91,198 @@ PL_VSTEP_DB(4)
 PL_VSTEP_DB(6)
 PL_VSTEP_DB(8)
 
+/* A decoded f32 tile (t == PL_F32: rows of hd floats, stride vs): RB query
+ * rows' accumulators held in registers for the whole tile (fully unrolled;
+ * the loops of pl_attq_vstep2 above are not, so its accumulators go through
+ * memory), each V vector loaded once per position for the RB rows. The same
+ * operations per element as pl_attq_vupd. */
+#define PL_Q512_UNROLL _Pragma("GCC unroll 16")
+PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t ldE, int64_t n, const float *V,
+                           size_t vs, float *acc, int64_t hd) {
+    __m512 A[4][8];
+    PL_Q512_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_Q512_UNROLL
+        for (int b = 0; b < NB; b++) A[r][b] = _mm512_loadu_ps(acc + r * hd + 16 * b);
+    for (int64_t j = 0; j < n; j++) {
+        const float *vr = (const float *)((const char *)V + j * vs);
+        __m512 x[8];
+        PL_Q512_UNROLL
+        for (int b = 0; b < NB; b++) x[b] = _mm512_loadu_ps(vr + 16 * b);
+        PL_Q512_UNROLL
+        for (int r = 0; r < RB; r++) {
+            const float w = E[r * ldE + j];
+            if (__builtin_expect(signbit(w), 0)) {
+                const __m512 ms = _mm512_set1_ps(-w);
+                PL_Q512_UNROLL
+                for (int b = 0; b < NB; b++) A[r][b] = _mm512_add_ps(_mm512_mul_ps(A[r][b], ms), x[b]);
+            } else {
+                const __m512 vw = _mm512_set1_ps(w);
+                PL_Q512_UNROLL
+                for (int b = 0; b < NB; b++) A[r][b] = _mm512_fmadd_ps(x[b], vw, A[r][b]);
+            }
+        }
+    }
+    PL_Q512_UNROLL
+    for (int r = 0; r < RB; r++)
+        PL_Q512_UNROLL
+        for (int b = 0; b < NB; b++) _mm512_storeu_ps(acc + r * hd + 16 * b, A[r][b]);
+}
+
+#define PL_VT_FN(RB, NB)                                                                                       \
+    static PL_Q512 void pl_attq_vt_##RB##_##NB(const float *E, int64_t ldE, int64_t n, const float *V, size_t vs, \
+                                               float *acc) {                                                   \
+        pl_attq_vt(RB, NB, E, ldE, n, V, vs, acc, 16 * NB);                                                    \
+    }
+PL_VT_FN(4, 2)
+PL_VT_FN(1, 2)
+PL_VT_FN(4, 4)
+PL_VT_FN(1, 4)
+PL_VT_FN(3, 6)
+PL_VT_FN(1, 6)
+PL_VT_FN(2, 8)
+PL_VT_FN(1, 8)
+
+static void pl_attq_vtile(int R, const float *E, int64_t ldE, int64_t n, const float *V, size_t vs, int64_t hd,
+                          float *acc) {
+    typedef void (*vt_fn)(const float *, int64_t, int64_t, const float *, size_t, float *);
+    const int NB = (int)(hd / 16), RB = NB <= 2 ? 4 : NB <= 4 ? 4 : NB <= 6 ? 3 : 2;
+    const vt_fn many = NB == 2 ? pl_attq_vt_4_2 : NB == 4 ? pl_attq_vt_4_4 : NB == 6 ? pl_attq_vt_3_6 : pl_attq_vt_2_8;
+    const vt_fn one = NB == 2 ? pl_attq_vt_1_2 : NB == 4 ? pl_attq_vt_1_4 : NB == 6 ? pl_attq_vt_1_6 : pl_attq_vt_1_8;
+    int r = 0;
+    for (; r + RB <= R; r += RB) many(E + r * ldE, ldE, n, V, vs, acc + r * hd);
+    for (; r < R; r++) one(E + r * ldE, ldE, n, V, vs, acc + r * hd);
+}
+
 PL_Q512 bool pl_cpu_attq_vstep_avx512(int R, const float *E, int64_t ldE, int64_t n, pl_dtype t, const char *v,
                                       size_t vs, int64_t hd, float *acc) {
-    if ((t != PL_Q8_0 && t != PL_Q4_0 && t != PL_F16) || hd % 32 || hd > 128 || hd < 32) return false;
+    if ((t != PL_Q8_0 && t != PL_Q4_0 && t != PL_F16 && t != PL_F32) || hd % 32 || hd > 128 || hd < 32) return false;
     void (*fn)(const float *, const float *, int64_t, pl_dtype, const char *, size_t, float *, float *) =
         hd == 32 ? pl_attq_vstep_db2 : hd == 64 ? pl_attq_vstep_db4 : hd == 96 ? pl_attq_vstep_db6 : pl_attq_vstep_db8;
+    if (t == PL_F32) {
+        pl_attq_vtile(R, E, ldE, n, (const float *)v, vs, hd, acc);
+        return true;
+    }
     int r = 0;
     for (; r + 2 <= R; r += 2) fn(E + r * ldE, E + (r + 1) * ldE, n, t, v, vs, acc + r * hd, acc + (r + 1) * hd);
     if (r < R) fn(E + r * ldE, NULL, n, t, v, vs, acc + r * hd, NULL);
     return true;
+}
+
+/* ---- q8_0 K scores, a block of query rows x a tile of K rows (VNNI) ---------
+ * The same float operations as pl_cpu_mm_q8_0_avx2 (the K dtype's tile
+ * kernel, which the decode path uses): per 32-block an exact int32 dot in 8
+ * lanes of 4 bytes, converted, times the f32 product d_k * d_q, accumulated
+ * over the blocks in order by a fused multiply-add; then pl_hsum8's order.
+ * Two query rows share a zmm (low 256 bits: row 2p, high: row 2p + 1), so
+ * one vpdpbusd does 64 products; signed x signed through K + 128 (unsigned)
+ * and a per-lane correction -128 * sum(q) computed once per query block. */
+#define PL_QK512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,f16c")))
+#define PL_QK512_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,f16c")))
+#define PL_QK_KR 4   /* K rows per register tile */
+#define PL_QK_PP 2   /* query row pairs per register tile */
+#define PL_QK_UNROLL _Pragma("GCC unroll 16")
+
+/* Pack layout, per pair p and block i (nb = hd / 32): 64 bytes of q, 16
+ * int32 corrections, 16 floats d (8 of each row). */
+typedef struct pl_qk_qblk { int8_t qs[64]; int32_t nc[16]; float d[16]; } pl_qk_qblk;
+/* The K tile, per K row and block: 64 bytes of k + 128 (twice), d_k. */
+typedef struct pl_qk_kblk { uint8_t ku[64]; } pl_qk_kblk;
+
+size_t pl_cpu_attq_qk_qpack_size(int R, int64_t hd) { return (size_t)((R + 1) / 2) * (size_t)(hd / 32) * sizeof(pl_qk_qblk); }
+
+size_t pl_cpu_attq_qk_kpack_size(int64_t n, int64_t hd) {
+    return (size_t)n * (size_t)(hd / 32) * (sizeof(pl_qk_kblk) + sizeof(float));
+}
+
+PL_QK512 void pl_cpu_attq_qk_prepare(int R, const char *qc, size_t qrow, int64_t hd, void *qpack) {
+    const int64_t nb = hd / 32;
+    pl_qk_qblk *out = qpack;
+    const __m512i u128 = _mm512_set1_epi8((char)0x80);
+    for (int p = 0; p < (R + 1) / 2; p++)
+        for (int64_t i = 0; i < nb; i++) {
+            pl_qk_qblk *o = out + p * nb + i;
+            for (int h = 0; h < 2; h++) {
+                const int r = 2 * p + h < R ? 2 * p + h : 2 * p;   /* an odd R: the last row twice */
+                const block_q8_0 *b = (const block_q8_0 *)(qc + (size_t)r * qrow) + i;
+                memcpy(o->qs + 32 * h, b->qs, 32);
+                for (int l = 0; l < 8; l++) o->d[8 * h + l] = pl_f16_to_f32(b->d);
+            }
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u128, _mm512_loadu_si512(o->qs));
+            _mm512_storeu_si512(o->nc, _mm512_sub_epi32(_mm512_setzero_si512(), s));
+        }
+}
+
+/* KR K rows x PP query pairs, all blocks; sc[r * ldS + k]. */
+PL_QK512_AI void pl_qk_tile(const int KR, const int PP, const pl_qk_kblk *kp, const float *kd, const pl_qk_qblk *qp,
+                            int64_t nb, int R, int p0, int k0, float *sc, int64_t ldS) {
+    __m512 acc[PL_QK_KR][PL_QK_PP];
+    PL_QK_UNROLL
+    for (int a = 0; a < KR; a++)
+        PL_QK_UNROLL
+        for (int b = 0; b < PP; b++) acc[a][b] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m512i q[PL_QK_PP], nc[PL_QK_PP];
+        __m512 dq[PL_QK_PP];
+        PL_QK_UNROLL
+        for (int b = 0; b < PP; b++) {
+            const pl_qk_qblk *o = qp + (p0 + b) * nb + i;
+            q[b] = _mm512_loadu_si512(o->qs);
+            nc[b] = _mm512_loadu_si512(o->nc);
+            dq[b] = _mm512_loadu_ps(o->d);
+        }
+        PL_QK_UNROLL
+        for (int a = 0; a < KR; a++) {
+            const __m512i ku = _mm512_loadu_si512(kp[(k0 + a) * nb + i].ku);
+            const __m512 dk = _mm512_set1_ps(kd[(k0 + a) * nb + i]);
+            PL_QK_UNROLL
+            for (int b = 0; b < PP; b++) {
+                const __m512i s = _mm512_dpbusd_epi32(nc[b], ku, q[b]);
+                acc[a][b] = _mm512_fmadd_ps(_mm512_mul_ps(dk, dq[b]), _mm512_cvtepi32_ps(s), acc[a][b]);
+            }
+        }
+    }
+    PL_QK_UNROLL
+    for (int a = 0; a < KR; a++)
+        PL_QK_UNROLL
+        for (int b = 0; b < PP; b++)
+            for (int h = 0; h < 2; h++) {
+                const int r = 2 * (p0 + b) + h;
+                if (r >= R) continue;
+                const __m256 v = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[a][b]), 1))
+                                   : _mm512_castps512_ps256(acc[a][b]);
+                /* pl_hsum8's order */
+                __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+                t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+                t = _mm_add_ss(t, _mm_movehdup_ps(t));
+                sc[r * ldS + k0 + a] = _mm_cvtss_f32(t);
+            }
+}
+
+PL_QK512 void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd,
+                                    void *kpack, float *sc, int64_t ldS) {
+    const int64_t nb = hd / 32;
+    pl_qk_kblk *kp = kpack;
+    float *kd = (float *)(kp + n * nb);
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    for (int64_t j = 0; j < n; j++) {
+        const block_q8_0 *b = (const block_q8_0 *)(k + j * ks);
+        for (int64_t i = 0; i < nb; i++) {
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b[i].qs), x80);
+            _mm512_storeu_si512(kp[j * nb + i].ku, _mm512_inserti64x4(_mm512_castsi256_si512(u), u, 1));
+            kd[j * nb + i] = pl_f16_to_f32(b[i].d);
+        }
+    }
+    const int np = (R + 1) / 2;
+    int64_t k0 = 0;
+    for (; k0 + PL_QK_KR <= n; k0 += PL_QK_KR) {
+        int p0 = 0;
+        for (; p0 + PL_QK_PP <= np; p0 += PL_QK_PP) pl_qk_tile(PL_QK_KR, PL_QK_PP, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
+        for (; p0 < np; p0++) pl_qk_tile(PL_QK_KR, 1, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
+    }
+    for (; k0 < n; k0++) {
+        int p0 = 0;
+        for (; p0 + PL_QK_PP <= np; p0 += PL_QK_PP) pl_qk_tile(1, PL_QK_PP, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
+        for (; p0 < np; p0++) pl_qk_tile(1, 1, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
+    }
 }
