@@ -242,6 +242,25 @@ PL_QK512_AI void pl_qk_tile(const int KR, const int PP, const pl_qk_kblk *kp, co
             }
         }
     }
+    if (KR == 4) {
+        /* pl_hsum8 of 4 K rows at once, its additions in its order: lane l
+         * of each 256-bit half gets v_l + v_l+4, then (l, l+2), then (0, 1);
+         * lanes 0..3 end with the 4 rows of query row 2p, lanes 8..11 with
+         * those of row 2p + 1 */
+        PL_QK_UNROLL
+        for (int b = 0; b < PP; b++) {
+            __m512 t[4];
+            PL_QK_UNROLL
+            for (int a = 0; a < 4; a++) t[a] = _mm512_add_ps(acc[a][b], _mm512_shuffle_f32x4(acc[a][b], acc[a][b], 0xB1));
+            const __m512 u01 = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x44), _mm512_shuffle_ps(t[0], t[1], 0xEE));
+            const __m512 u23 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], 0x44), _mm512_shuffle_ps(t[2], t[3], 0xEE));
+            const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, 0x88), _mm512_shuffle_ps(u01, u23, 0xDD));
+            const int r = 2 * (p0 + b);
+            _mm_storeu_ps(sc + r * ldS + k0, _mm512_castps512_ps128(w));
+            if (r + 1 < R) _mm_storeu_ps(sc + (r + 1) * ldS + k0, _mm512_extractf32x4_ps(w, 2));
+        }
+        return;
+    }
     PL_QK_UNROLL
     for (int a = 0; a < KR; a++)
         PL_QK_UNROLL
