@@ -632,10 +632,12 @@ static size_t pl_attq_qpack_size(const pl_node *node) {
     return (((size_t)((pl_attq_rows_max(node) + 1) / 2) * (size_t)(hd / 32) * 192) + 63) & ~(size_t)63;
 }
 
+static size_t pl_attq_ldt(const pl_node *node) { return (size_t)((pl_attq_rows_max(node) + 15) & ~(int64_t)15); }
+
 static size_t pl_attq_per_thread(const pl_node *node) {
     const size_t hd = (size_t)node->src[0]->ne[0];
     return pl_attq_base(node) + PL_ATTQ_JB * hd * sizeof(float) + pl_attq_qpack_size(node) +
-           PL_ATTQ_JB * (hd / 32) * 68;
+           PL_ATTQ_JB * (hd / 32) * 68 + (PL_ATTQ_JB + 1) * pl_attq_ldt(node) * sizeof(float) + 64;
 }
 
 typedef struct pl_attq_job {
@@ -716,6 +718,11 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     uint8_t *flags = (uint8_t *)(S + R);
     float *vtile = (float *)(scr + j->vtile_off);   /* [PL_ATTQ_JB][hd], prefill blocks (j->vtile) */
     char *qpack = (char *)(vtile + PL_ATTQ_JB * hd), *kpack = qpack + pl_attq_qpack_size(node);
+    /* the q8_0 tiles' transposed scores scT [PL_ATTQ_JB][ldT] and each row's
+     * visible positions of the tile */
+    const int64_t ldT = (int64_t)pl_attq_ldt(node);
+    float *scT = (float *)(kpack + ((PL_ATTQ_JB * (hd / 32) * 68 + 63) & ~(size_t)63));
+    int32_t *lim = (int32_t *)(scT + PL_ATTQ_JB * ldT);
     const bool qk = j->qk && R > 2;
     for (int64_t r = 0; r < R; r++) {
         const int64_t t = t0 + r / G;
@@ -742,8 +749,21 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         const int64_t n = b1 + 1 - j0 < PL_ATTQ_JB ? b1 + 1 - j0 : PL_ATTQ_JB;
         /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
 #if PL_CPU_HAVE_AVX2_BUILD
-        if (qk) pl_cpu_attq_qk_scores((int)R, qpack, kb + j0 * k->nb[1], k->nb[1], n, hd, kpack, sc, PL_ATTQ_JB);
-        else
+        if (qk) {   /* the same steps, 16 rows per vector, transposed scores (cpu_attention_quant.h) */
+            pl_cpu_attq_qk_scores((int)R, qpack, kb + j0 * k->nb[1], k->nb[1], n, hd, kpack, scT, ldT);
+            for (int64_t r = 0; r < R; r++) {
+                const int64_t pr = pl_att_i32(node->src[3], t0 + r / G);
+                lim[r] = (int32_t)(pr + 1 - j0 < 0 ? 0 : pr + 1 - j0 < n ? pr + 1 - j0 : n);
+            }
+            pl_cpu_attq_scan_t((int)R, scT, ldT, n, lim, j->scale, M, S);
+            const char *vt = vb + j0 * v->nb[1];
+            for (int64_t i = 0; i < n; i++) {
+                const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
+                if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
+            }
+            if (pl_cpu_attq_vtile_t((int)R, scT, ldT, n, vtile, hd, acc)) continue;
+            return;   /* not reached: qk implies head_dim 32..128 (pl_att_quant) */
+        }
 #endif
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
@@ -857,7 +877,7 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     job.vtile_off = pl_attq_base(node);
 #if PL_CPU_HAVE_AVX2_BUILD
     /* the VNNI kernel gives pl_cpu_mm_q8_0_avx2's bits: only in its place */
-    job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2;
+    job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
 #endif
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     const int use = nth > 1 ? nth : 1;

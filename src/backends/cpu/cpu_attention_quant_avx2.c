@@ -12,6 +12,7 @@
 #include <math.h>
 #include <string.h>
 #include "backends/cpu/cpu_attention_quant.h"
+#include "backends/cpu/cpu_simd_avx2.h"
 #include "core/fp16.h"
 #include "quant/blocks.h"
 
@@ -97,8 +98,8 @@ PL_VSTEP_DB(8)
  * memory), each V vector loaded once per position for the RB rows. The same
  * operations per element as pl_attq_vupd. */
 #define PL_Q512_UNROLL _Pragma("GCC unroll 16")
-PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t ldE, int64_t n, const float *V,
-                           size_t vs, float *acc, int64_t hd) {
+PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t er, int64_t ej, int64_t n,
+                           const float *V, size_t vs, float *acc, int64_t hd) {
     __m512 A[4][8];
     PL_Q512_UNROLL
     for (int r = 0; r < RB; r++)
@@ -111,7 +112,7 @@ PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t l
         for (int b = 0; b < NB; b++) x[b] = _mm512_loadu_ps(vr + 16 * b);
         PL_Q512_UNROLL
         for (int r = 0; r < RB; r++) {
-            const float w = E[r * ldE + j];
+            const float w = E[r * er + j * ej];
             if (__builtin_expect(signbit(w), 0)) {
                 const __m512 ms = _mm512_set1_ps(-w);
                 PL_Q512_UNROLL
@@ -130,9 +131,9 @@ PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t l
 }
 
 #define PL_VT_FN(RB, NB)                                                                                       \
-    static PL_Q512 void pl_attq_vt_##RB##_##NB(const float *E, int64_t ldE, int64_t n, const float *V, size_t vs, \
-                                               float *acc) {                                                   \
-        pl_attq_vt(RB, NB, E, ldE, n, V, vs, acc, 16 * NB);                                                    \
+    static PL_Q512 void pl_attq_vt_##RB##_##NB(const float *E, int64_t er, int64_t ej, int64_t n, const float *V, \
+                                               size_t vs, float *acc) {                                        \
+        pl_attq_vt(RB, NB, E, er, ej, n, V, vs, acc, 16 * NB);                                                 \
     }
 PL_VT_FN(4, 2)
 PL_VT_FN(1, 2)
@@ -143,15 +144,22 @@ PL_VT_FN(1, 6)
 PL_VT_FN(2, 8)
 PL_VT_FN(1, 8)
 
-static void pl_attq_vtile(int R, const float *E, int64_t ldE, int64_t n, const float *V, size_t vs, int64_t hd,
-                          float *acc) {
-    typedef void (*vt_fn)(const float *, int64_t, int64_t, const float *, size_t, float *);
+/* Row r's weight of position j at E[r * er + j * ej]. */
+static void pl_attq_vtile(int R, const float *E, int64_t er, int64_t ej, int64_t n, const float *V, size_t vs,
+                          int64_t hd, float *acc) {
+    typedef void (*vt_fn)(const float *, int64_t, int64_t, int64_t, const float *, size_t, float *);
     const int NB = (int)(hd / 16), RB = NB <= 2 ? 4 : NB <= 4 ? 4 : NB <= 6 ? 3 : 2;
     const vt_fn many = NB == 2 ? pl_attq_vt_4_2 : NB == 4 ? pl_attq_vt_4_4 : NB == 6 ? pl_attq_vt_3_6 : pl_attq_vt_2_8;
     const vt_fn one = NB == 2 ? pl_attq_vt_1_2 : NB == 4 ? pl_attq_vt_1_4 : NB == 6 ? pl_attq_vt_1_6 : pl_attq_vt_1_8;
     int r = 0;
-    for (; r + RB <= R; r += RB) many(E + r * ldE, ldE, n, V, vs, acc + r * hd);
-    for (; r < R; r++) one(E + r * ldE, ldE, n, V, vs, acc + r * hd);
+    for (; r + RB <= R; r += RB) many(E + r * er, er, ej, n, V, vs, acc + r * hd);
+    for (; r < R; r++) one(E + r * er, er, ej, n, V, vs, acc + r * hd);
+}
+
+bool pl_cpu_attq_vtile_t(int R, const float *ET, int64_t ldT, int64_t n, const float *V, int64_t hd, float *acc) {
+    if (hd % 32 || hd > 128 || hd < 32) return false;
+    pl_attq_vtile(R, ET, 1, ldT, n, V, (size_t)hd * sizeof(float), hd, acc);
+    return true;
 }
 
 PL_Q512 bool pl_cpu_attq_vstep_avx512(int R, const float *E, int64_t ldE, int64_t n, pl_dtype t, const char *v,
@@ -160,7 +168,7 @@ PL_Q512 bool pl_cpu_attq_vstep_avx512(int R, const float *E, int64_t ldE, int64_
     void (*fn)(const float *, const float *, int64_t, pl_dtype, const char *, size_t, float *, float *) =
         hd == 32 ? pl_attq_vstep_db2 : hd == 64 ? pl_attq_vstep_db4 : hd == 96 ? pl_attq_vstep_db6 : pl_attq_vstep_db8;
     if (t == PL_F32) {
-        pl_attq_vtile(R, E, ldE, n, (const float *)v, vs, hd, acc);
+        pl_attq_vtile(R, E, ldE, 1, n, (const float *)v, vs, hd, acc);
         return true;
     }
     int r = 0;
@@ -256,8 +264,13 @@ PL_QK512_AI void pl_qk_tile(const int KR, const int PP, const pl_qk_kblk *kp, co
             const __m512 u23 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], 0x44), _mm512_shuffle_ps(t[2], t[3], 0xEE));
             const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, 0x88), _mm512_shuffle_ps(u01, u23, 0xDD));
             const int r = 2 * (p0 + b);
-            _mm_storeu_ps(sc + r * ldS + k0, _mm512_castps512_ps128(w));
-            if (r + 1 < R) _mm_storeu_ps(sc + (r + 1) * ldS + k0, _mm512_extractf32x4_ps(w, 2));
+            float o[16];
+            _mm512_storeu_ps(o, w);
+            PL_QK_UNROLL
+            for (int a = 0; a < 4; a++) {   /* transposed: sc[k * ldS + r] */
+                sc[(k0 + a) * ldS + r] = o[a];
+                if (r + 1 < R) sc[(k0 + a) * ldS + r + 1] = o[8 + a];
+            }
         }
         return;
     }
@@ -274,7 +287,7 @@ PL_QK512_AI void pl_qk_tile(const int KR, const int PP, const pl_qk_kblk *kp, co
                 __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
                 t = _mm_add_ps(t, _mm_movehl_ps(t, t));
                 t = _mm_add_ss(t, _mm_movehdup_ps(t));
-                sc[r * ldS + k0 + a] = _mm_cvtss_f32(t);
+                sc[(k0 + a) * ldS + r] = _mm_cvtss_f32(t);
             }
 }
 
@@ -303,5 +316,65 @@ PL_QK512 void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, siz
         int p0 = 0;
         for (; p0 + PL_QK_PP <= np; p0 += PL_QK_PP) pl_qk_tile(1, PL_QK_PP, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
         for (; p0 < np; p0++) pl_qk_tile(1, 1, kp, kd, qpack, nb, R, p0, (int)k0, sc, ldS);
+    }
+}
+
+/* ---- the running-maximum scan, 16 query rows per vector ---------------------
+ * (see cpu_attention_quant.h). The scalar scan's per-row chain of compares
+ * and additions (a 4-cycle add per position and row) ran at a fraction of
+ * the tile's arithmetic; across rows the lanes are independent. */
+PL_Q512_AI __m512 pl_attq_exp16(__m512 x) {
+    const __m256 lo = pl_exp8(_mm512_castps512_ps256(x));
+    const __m256 hi = pl_exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t *lim, float scale, float *M,
+                                float *S) {
+    const __m512 sc = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
+    const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
+    __mmask16 nmk[64];
+    for (int r0 = 0; r0 < R; r0 += 16) {
+        const __mmask16 rm = R - r0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (R - r0)) - 1);
+        const __m512i lv = _mm512_maskz_loadu_epi32(rm, lim + r0);
+        const __m512i tl = _mm512_and_si512(lv, _mm512_set1_epi32(~7));   /* the expf tail's start */
+        __m512 Mv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), rm, M + r0);
+        __m512 Sv = _mm512_maskz_loadu_ps(rm, S + r0);
+        for (int64_t j0 = 0; j0 < n; j0 += 64) {   /* n <= 64 in use; in pieces of nmk's size otherwise */
+            const int64_t j1 = n - j0 < 64 ? n : j0 + 64;
+            for (int64_t j = j0; j < j1; j++) {
+                float *e = ET + j * ldT + r0;
+                const __mmask16 valid = _mm512_cmpgt_epi32_mask(lv, _mm512_set1_epi32((int)j));
+                const __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(valid, e), sc);
+                const __mmask16 nm = _mm512_mask_cmp_ps_mask(valid, s, Mv, _CMP_GT_OQ);
+                const __m512 arg = _mm512_mask_sub_ps(_mm512_sub_ps(s, Mv), nm, Mv, s);
+                Mv = _mm512_mask_mov_ps(Mv, nm, s);
+                _mm512_storeu_ps(e, arg);
+                nmk[j - j0] = nm;
+            }
+            for (int64_t j = j0; j < j1; j++) {
+                float *e = ET + j * ldT + r0;
+                const __mmask16 valid = _mm512_cmpgt_epi32_mask(lv, _mm512_set1_epi32((int)j));
+                const __m512 arg = _mm512_loadu_ps(e);
+                __m512 x = pl_attq_exp16(arg);
+                const __mmask16 tail = valid & _mm512_cmple_epi32_mask(tl, _mm512_set1_epi32((int)j));
+                if (tail) {   /* the row's last lim % 8 positions: expf, as pl_cpu_vexp_avx2 */
+                    float xs[16], as[16];
+                    _mm512_storeu_ps(xs, x);
+                    _mm512_storeu_ps(as, arg);
+                    for (int l = 0; l < 16; l++)
+                        if (tail >> l & 1) xs[l] = expf(as[l]);
+                    x = _mm512_loadu_ps(xs);
+                }
+                const __mmask16 nm = nmk[j - j0];
+                Sv = _mm512_mask_add_ps(Sv, (__mmask16)(valid & ~nm), Sv, x);       /* S * 1 + e */
+                Sv = _mm512_mask_add_ps(Sv, nm, _mm512_mul_ps(Sv, x), one);         /* S * e + 1 */
+                x = _mm512_maskz_mov_ps(valid, x);
+                x = _mm512_mask_xor_ps(x, nm, x, sign);                              /* the tag: -e */
+                _mm512_storeu_ps(e, x);
+            }
+        }
+        _mm512_mask_storeu_ps(M + r0, rm, Mv);
+        _mm512_mask_storeu_ps(S + r0, rm, Sv);
     }
 }
