@@ -757,10 +757,11 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
             }
             pl_cpu_attq_scan_t((int)R, scT, ldT, n, lim, j->scale, M, S);
             const char *vt = vb + j0 * v->nb[1];
-            for (int64_t i = 0; i < n; i++) {
-                const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
-                if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
-            }
+            if (!pl_cpu_attq_vdecode_avx512(v->dtype, vt, v->nb[1], n, hd, vtile))
+                for (int64_t i = 0; i < n; i++) {
+                    const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
+                    if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
+                }
             if (pl_cpu_attq_vtile_t((int)R, scT, ldT, n, vtile, hd, acc)) continue;
             return;   /* not reached: qk implies head_dim 32..128 (pl_att_quant) */
         }
@@ -789,10 +790,11 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
              * values as decoding in registers), then read by every pair of
              * rows from L1 -- decoding it per pair of rows was 2/3 of the
              * q8_0 prefill's time (pp512 @ d4096) */
-            for (int64_t i = 0; i < n; i++) {
-                const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
-                if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
-            }
+            if (!pl_cpu_attq_vdecode_avx512(v->dtype, vt, v->nb[1], n, hd, vtile))
+                for (int64_t i = 0; i < n; i++) {
+                    const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
+                    if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
+                }
             if (pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, PL_F32, (const char *)vtile, (size_t)hd * 4, hd,
                                          acc))
                 continue;

@@ -46,5 +46,8 @@ void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t 
 /* The V step of pl_cpu_attq_vstep_avx512 for a decoded f32 tile V [n][hd]
  * and the transposed weights ET[j * ldT + r]. */
 bool pl_cpu_attq_vtile_t(int R, const float *ET, int64_t ldT, int64_t n, const float *V, int64_t hd, float *acc);
+/* A V tile, n q8_0 / q4_0 rows of hd (row j at v + j * vs), decoded to
+ * out [n][hd] f32 (d * q exactly); false (nothing done) for other dtypes. */
+bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, int64_t n, int64_t hd, float *out);
 
 #endif

@@ -299,10 +299,13 @@ PL_QK512 void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, siz
     const __m256i x80 = _mm256_set1_epi8((char)0x80);
     for (int64_t j = 0; j < n; j++) {
         const block_q8_0 *b = (const block_q8_0 *)(k + j * ks);
+        /* the next tile's row j (the driver's next call): from L2 or memory
+         * while this tile computes */
+        for (size_t o = 0; o < (size_t)nb * sizeof(block_q8_0); o += 64) _mm_prefetch(k + (j + n) * ks + o, _MM_HINT_T0);
         for (int64_t i = 0; i < nb; i++) {
             const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b[i].qs), x80);
             _mm512_storeu_si512(kp[j * nb + i].ku, _mm512_inserti64x4(_mm512_castsi256_si512(u), u, 1));
-            kd[j * nb + i] = pl_f16_to_f32(b[i].d);
+            kd[j * nb + i] = _cvtsh_ss(b[i].d);
         }
     }
     const int np = (R + 1) / 2;
@@ -377,4 +380,39 @@ PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const 
         _mm512_mask_storeu_ps(M + r0, rm, Mv);
         _mm512_mask_storeu_ps(S + r0, rm, Sv);
     }
+}
+
+/* ---- a V tile decoded to f32 (AVX-512) ---------------------------------------
+ * n rows of hd elements (row j at v + j * vs) -> out [n][hd]: d * q exactly,
+ * as pl_cpu_attq_decode_avx2 and the scalar decoders. The next tile's rows
+ * are prefetched. */
+PL_Q512 bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, int64_t n, int64_t hd, float *out) {
+    if ((t != PL_Q8_0 && t != PL_Q4_0) || hd % 32) return false;
+    const int64_t nb = hd / 32;
+    const __m128i lo = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+    for (int64_t j = 0; j < n; j++, out += hd) {
+        const char *row = v + j * vs;
+        for (size_t o = 0; o < (size_t)nb * (t == PL_Q8_0 ? 34 : 18); o += 64) _mm_prefetch(row + n * vs + o, _MM_HINT_T0);
+        if (t == PL_Q8_0) {
+            const block_q8_0 *b = (const block_q8_0 *)row;
+            for (int64_t i = 0; i < nb; i++) {
+                const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+                const __m128i q0 = _mm_loadu_si128((const __m128i *)b[i].qs);
+                const __m128i q1 = _mm_loadu_si128((const __m128i *)(b[i].qs + 16));
+                _mm512_storeu_ps(out + 32 * i, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+                _mm512_storeu_ps(out + 32 * i + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+            }
+        } else {
+            const block_q4_0 *b = (const block_q4_0 *)row;
+            for (int64_t i = 0; i < nb; i++) {
+                const __m512 d = _mm512_set1_ps(_cvtsh_ss(b[i].d));
+                const __m128i q = _mm_loadu_si128((const __m128i *)b[i].qs);
+                const __m128i q0 = _mm_sub_epi8(_mm_and_si128(q, lo), eight);
+                const __m128i q1 = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(q, 4), lo), eight);
+                _mm512_storeu_ps(out + 32 * i, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0))));
+                _mm512_storeu_ps(out + 32 * i + 16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1))));
+            }
+        }
+    }
+    return true;
 }
