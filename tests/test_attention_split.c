@@ -239,6 +239,45 @@ static void check_tiles(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
     free_case(&c);
 }
 
+#if PL_CPU_HAVE_AVX2_BUILD
+#include "backends/cpu/cpu_attention_quant.h"
+/* The VNNI score kernel alone against the q8_0 matmul tile kernel it stands
+ * in for, bit for bit: R query rows (odd R: the last pair half used) x n K
+ * rows (n % 4: the one-row tiles), K rows of a wider cache row (stride). */
+static void check_qk_kernel(int R, int64_t n, int64_t hd) {
+    if (!pl_cpu_has_vnni512()) return;
+    const int64_t nb = hd / 32, kvd = 3 * hd;   /* the head slice inside a row of 3 heads */
+    const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
+    char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
+    float *x = malloc(sizeof(float) * (size_t)kvd);
+    pl_rng r = {(uint64_t)(R * 1000 + n)};
+    for (int64_t j = 0; j < n; j++) {
+        pl_fill_normal(&r, x, kvd, 2.0f);
+        pl_quantize_row(PL_Q8_0, x, k + j * ks, kvd);
+    }
+    for (int i = 0; i < R; i++) {
+        pl_fill_normal(&r, x, hd, 1.0f);
+        pl_cpu_quantize_q8_0_avx2(x, qc + i * qrow, hd);
+    }
+    const int64_t ldT = (R + 15) & ~15;
+    void *qpack = malloc(pl_cpu_attq_qk_qpack_size(R, hd)), *kpack = malloc(pl_cpu_attq_qk_kpack_size(n, hd));
+    float *sT = malloc(sizeof(float) * (size_t)(ldT * n)), *want = malloc(sizeof(float) * (size_t)(R * n));
+    const char *kh = k + (size_t)nb * sizeof(block_q8_0);   /* head 1 of each row */
+    pl_cpu_attq_qk_prepare(R, qc, qrow, hd, qpack);
+    pl_cpu_attq_qk_scores(R, qpack, kh, ks, n, hd, kpack, sT, ldT);
+    for (int64_t j = 0; j < n; j++)
+        for (int c0 = 0; c0 < R; c0 += 4)   /* the kernel's tile: up to 4 activation rows */
+            pl_cpu_mm_q8_0_avx2(hd, kh + j * ks, ks, 1, qc + c0 * qrow, qrow, R - c0 < 4 ? R - c0 : 4,
+                                want + c0 * n + j, (size_t)n);
+    int bad = 0;
+    for (int i = 0; i < R; i++)
+        for (int64_t j = 0; j < n; j++) bad += memcmp(&sT[j * ldT + i], &want[i * n + j], sizeof(float)) != 0;
+    CHECK(bad == 0, "qk kernel R=%d n=%lld hd=%lld: %d of %lld scores differ from pl_cpu_mm_q8_0_avx2", R,
+          (long long)n, (long long)hd, bad, (long long)(R * n));
+    free(k); free(qc); free(x); free(qpack); free(kpack); free(sT); free(want);
+}
+#endif
+
 int main(void) {
     check_case(PL_F16, 300, 0, 1e-5);    /* one chunk */
     check_case(PL_F16, 511, 0, 1e-5);    /* exactly one chunk (512 positions) */
@@ -258,6 +297,13 @@ int main(void) {
     check_prefill(PL_Q4_0, 70, 0, 1e-5);
     g_rot = 0;
     check_prefill(PL_Q8_0, 64, 40, 1e-5);
+#if PL_CPU_HAVE_AVX2_BUILD
+    check_qk_kernel(64, 64, 128);
+    check_qk_kernel(7, 23, 128);
+    check_qk_kernel(3, 5, 64);
+    check_qk_kernel(33, 64, 96);
+    check_qk_kernel(18, 1, 32);
+#endif
     check_tiles(PL_Q8_0, 64, 0, 1e-5);     /* one block, K tiles of 64 and a tail of 0 */
     check_tiles(PL_Q8_0, 97, 630, 1e-5);   /* two blocks, a K tail of 23 (not a multiple of 4) */
     check_tiles(PL_Q4_0, 70, 301, 1e-5);   /* q4_0: the V tile only */
