@@ -583,10 +583,22 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  * pl_cpu_attq_axpy_avx2). The expf of the scan is the vector exp's, so the
  * last bits differ from ggml's; the kv goldens hold.
  *
+ * Prefill tiles (a block of more than 2 query rows, AVX-512; PL_CPU_ATTQ_TILE=0
+ * turns them off): each V tile is decoded to f32 once per block and read by
+ * the rows from L1, and with a q8_0 K cache the scores come from a VNNI
+ * kernel (two query rows per vector, K + 128 unsigned) into a transposed
+ * tile, scanned 16 rows per vector (cpu_attention_quant.h). The same float
+ * operations in the same order per row, so the same bits as without them
+ * (test_attention_split); pp512 @ d4096 at 1 thread, Qwen3-0.6B shapes, the
+ * attention's time went from 4.7x the f16 cache's to about 1.0x
+ * (bench/bench_attention.c).
+ *
  * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
  * a prefill block's): the converted query rows, then f32 accumulators
  * [R][head_dim], scores [R][PL_ATTQ_JB], the f32 query row and the decoded V
- * row (head_dim each), M and S per query row, the scan's flags. */
+ * row (head_dim each), M and S per query row, the scan's flags; then the
+ * prefill tiles' buffers (the decoded V tile, the packed query rows and K
+ * tile, the transposed scores, each row's visible positions). */
 #define PL_ATTQ_JB 64
 
 static bool pl_att_quant_dtype(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }

@@ -1,5 +1,8 @@
 /* The quantized-cache attention's inner steps (cpu_attention_quant_avx2.c;
- * the driver is in cpu_attention.c, "quantized caches"). */
+ * the driver is in cpu_attention.c, "quantized caches"): the V step, and the
+ * prefill tiles' kernels (q8_0 K scores with VNNI, the scan over a
+ * transposed score tile, the V step from a decoded tile). All need AVX-512
+ * (the VNNI ones avx512vnni); the caller checks pl_cpu_has_vnni512. */
 #ifndef PL_CPU_ATTENTION_QUANT_H
 #define PL_CPU_ATTENTION_QUANT_H
 

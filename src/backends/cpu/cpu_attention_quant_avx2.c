@@ -1,4 +1,4 @@
-/* The quantized-cache attention's V step on AVX-512 (see
+/* The quantized-cache attention's V step and prefill tiles on AVX-512 (see
  * cpu_attention_quant.h). Compiled with the AVX2 flags (an _avx2.c file);
  * the AVX-512 code is enabled per function and only called when the CPU
  * has it (pl_cpu_has_vnni512, checked by the caller).
@@ -18,12 +18,14 @@
 
 #define PL_Q512_AI static inline __attribute__((always_inline, target("avx512f,avx512vl,avx512bw,avx512dq,f16c")))
 #define PL_Q512 __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,f16c")))
+#define PL_Q512_UNROLL _Pragma("GCC unroll 16")
 #define PL_VPF 8   /* V rows prefetched ahead */
 
 /* V row slice -> DB vectors of 16 floats (d * q exactly, as the scalar decoders). */
 PL_Q512_AI void pl_attq_vload(pl_dtype t, const char *src, const int DB, __m512 *x) {
     if (t == PL_Q8_0) {
         const block_q8_0 *b = (const block_q8_0 *)src;
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k++) {
             const block_q8_0 *bb = b + k / 2;
             const __m512 d = _mm512_set1_ps(pl_f16_to_f32(bb->d));
@@ -33,6 +35,7 @@ PL_Q512_AI void pl_attq_vload(pl_dtype t, const char *src, const int DB, __m512 
     } else if (t == PL_Q4_0) {
         const block_q4_0 *b = (const block_q4_0 *)src;
         const __m128i lo = _mm_set1_epi8(0x0f), eight = _mm_set1_epi8(8);
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k += 2) {
             const block_q4_0 *bb = b + k / 2;
             const __m512 d = _mm512_set1_ps(pl_f16_to_f32(bb->d));
@@ -44,8 +47,10 @@ PL_Q512_AI void pl_attq_vload(pl_dtype t, const char *src, const int DB, __m512 
             x[k + 1] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)));
         }
     } else if (t == PL_F32) {   /* a tile already decoded (pl_attq_rows' V tile) */
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k++) x[k] = _mm512_loadu_ps((const float *)src + 16 * k);
     } else {   /* f16 */
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k++) x[k] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(src + 32 * k)));
     }
 }
@@ -55,9 +60,11 @@ PL_Q512_AI void pl_attq_vload(pl_dtype t, const char *src, const int DB, __m512 
 PL_Q512_AI void pl_attq_vupd(__m512 *A, const __m512 *x, float w, const int DB) {
     if (signbit(w)) {
         const __m512 ms = _mm512_set1_ps(-w);
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k++) A[k] = _mm512_add_ps(_mm512_mul_ps(A[k], ms), x[k]);
     } else {
         const __m512 vw = _mm512_set1_ps(w);
+        PL_Q512_UNROLL
         for (int k = 0; k < DB; k++) A[k] = _mm512_fmadd_ps(x[k], vw, A[k]);
     }
 }
@@ -66,6 +73,7 @@ PL_Q512_AI void pl_attq_vupd(__m512 *A, const __m512 *x, float w, const int DB) 
 PL_Q512_AI void pl_attq_vstep2(const float *e0, const float *e1, int64_t n, pl_dtype t, const char *v, size_t vs,
                                const int DB, float *a0, float *a1) {
     __m512 A0[8], A1[8], x[8];
+    PL_Q512_UNROLL
     for (int k = 0; k < DB; k++) {
         A0[k] = _mm512_loadu_ps(a0 + 16 * k);
         A1[k] = a1 ? _mm512_loadu_ps(a1 + 16 * k) : _mm512_setzero_ps();
@@ -76,6 +84,7 @@ PL_Q512_AI void pl_attq_vstep2(const float *e0, const float *e1, int64_t n, pl_d
         pl_attq_vupd(A0, x, e0[j], DB);
         if (a1) pl_attq_vupd(A1, x, e1[j], DB);
     }
+    PL_Q512_UNROLL
     for (int k = 0; k < DB; k++) {
         _mm512_storeu_ps(a0 + 16 * k, A0[k]);
         if (a1) _mm512_storeu_ps(a1 + 16 * k, A1[k]);
@@ -97,7 +106,6 @@ PL_VSTEP_DB(8)
  * the loops of pl_attq_vstep2 above are not, so its accumulators go through
  * memory), each V vector loaded once per position for the RB rows. The same
  * operations per element as pl_attq_vupd. */
-#define PL_Q512_UNROLL _Pragma("GCC unroll 16")
 PL_Q512_AI void pl_attq_vt(const int RB, const int NB, const float *E, int64_t er, int64_t ej, int64_t n,
                            const float *V, size_t vs, float *acc, int64_t hd) {
     __m512 A[4][8];
