@@ -797,7 +797,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         }
         const char *vt = vb + j0 * v->nb[1];
 #if PL_CPU_HAVE_AVX2_BUILD
-        if (j->v512 && R > 2 && j->vtile) {
+        if (j->v512 && R > 2 && j->vtile && hd <= 128) {   /* the tile kernel's head sizes */
             /* a prefill block: the V tile decoded once to f32 (the same
              * values as decoding in registers), then read by every pair of
              * rows from L1 -- decoding it per pair of rows was 2/3 of the
