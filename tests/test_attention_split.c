@@ -10,7 +10,8 @@
  *     llama.cpp's decode steps, bit for bit, which the goldens check);
  *   - the same for the quantized (q8_0, q4_0) cache path, with and without
  *     the Hadamard rotation (the split tokens' V rotation after the combine),
- *     and its prefill (token blocks) against ref.
+ *     and its prefill (token blocks) against ref;
+ *   - the prefill tiles (PL_CPU_ATTQ_TILE) on against off, and against ref.
  */
 #include <math.h>
 #include <stdio.h>
@@ -194,6 +195,89 @@ static void check_prefill(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
     free_case(&c);
 }
 
+/* The prefill tiles (PL_CPU_ATTQ_TILE: each V tile decoded once, q8_0 K
+ * scores with VNNI, where the CPU has AVX-512) against the path without
+ * them, on random inputs: the same bits (the same float operations in the
+ * same order; NMSE and NaN checked first, so a broken kernel says how far
+ * off it is), and both near ref. nt tokens of slot 0 from p0 (a last K tile
+ * of (p0 + nt) % 64 positions), 9 of slot 1 at decreasing positions. */
+static void check_tiles(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
+    att_case c = make_case(cache, p0 + nt + 16, (uint64_t)(nt * 13 + p0 + 5));
+    const int ntot = nt + 9;
+    float *q3 = c.q;
+    c.q = malloc(sizeof(float) * HD * NH * (size_t)ntot);
+    pl_rng r = {(uint64_t)p0 + 99};
+    pl_fill_normal(&r, c.q, HD * NH * ntot, 1.0f);
+    int32_t *pos = malloc(sizeof(int32_t) * (size_t)ntot), *seq = malloc(sizeof(int32_t) * (size_t)ntot);
+    for (int t = 0; t < ntot; t++) {
+        seq[t] = t >= nt;
+        pos[t] = t >= nt ? (ntot - 1 - t) * 3 : p0 + t;
+    }
+    const int64_t n = (int64_t)HD * NH * ntot;
+    const size_t sz = sizeof(float) * (size_t)n;
+    float *ref = malloc(sz), *on = malloc(sz), *off = malloc(sz), *on2 = malloc(sz);
+    run_att(&c, ntot, pos, seq, 0, "ref", 1, ref);
+    pl_cpu_attq_tile_mode = 1;
+    run_att(&c, ntot, pos, seq, 0, NULL, 1, on);
+    run_att(&c, ntot, pos, seq, 0, NULL, 2, on2);
+    pl_cpu_attq_tile_mode = 0;
+    run_att(&c, ntot, pos, seq, 0, NULL, 1, off);
+    pl_cpu_attq_tile_mode = -1;
+    int nan = 0;
+    for (int64_t i = 0; i < n; i++) nan += isnan(on[i]) || isnan(off[i]);
+    CHECK(nan == 0, "%s tiles %d from %d (rot %d): %d NaN", pl_dtype_name(cache), nt, p0, g_rot, nan);
+    const double e = pl_nmse(on, off, n);
+    CHECK(e < 1e-12, "%s tiles %d from %d (rot %d): on vs off nmse %g", pl_dtype_name(cache), nt, p0, g_rot, e);
+    CHECK(memcmp(on, off, sz) == 0, "%s tiles %d from %d (rot %d): on == off bit for bit", pl_dtype_name(cache), nt,
+          p0, g_rot);
+    CHECK(memcmp(on, on2, sz) == 0, "%s tiles %d from %d: 2 threads == 1", pl_dtype_name(cache), nt, p0);
+    const double er = pl_nmse(on, ref, n);
+    CHECK(er < nmse_max, "%s tiles %d from %d (rot %d): nmse %g vs ref", pl_dtype_name(cache), nt, p0, g_rot, er);
+    free(ref); free(on); free(off); free(on2); free(pos); free(seq);
+    free(c.q);
+    c.q = q3;
+    free_case(&c);
+}
+
+#if PL_CPU_HAVE_AVX2_BUILD
+#include "backends/cpu/cpu_attention_quant.h"
+/* The VNNI score kernel alone against the q8_0 matmul tile kernel it stands
+ * in for, bit for bit: R query rows (odd R: the last pair half used) x n K
+ * rows (n % 4: the one-row tiles), K rows of a wider cache row (stride). */
+static void check_qk_kernel(int R, int64_t n, int64_t hd) {
+    if (!pl_cpu_has_vnni512()) return;
+    const int64_t nb = hd / 32, kvd = 3 * hd;   /* the head slice inside a row of 3 heads */
+    const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
+    char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
+    float *x = malloc(sizeof(float) * (size_t)kvd);
+    pl_rng r = {(uint64_t)(R * 1000 + n)};
+    for (int64_t j = 0; j < n; j++) {
+        pl_fill_normal(&r, x, kvd, 2.0f);
+        pl_quantize_row(PL_Q8_0, x, k + j * ks, kvd);
+    }
+    for (int i = 0; i < R; i++) {
+        pl_fill_normal(&r, x, hd, 1.0f);
+        pl_cpu_quantize_q8_0_avx2(x, qc + i * qrow, hd);
+    }
+    const int64_t ldT = (R + 15) & ~15;
+    void *qpack = malloc(pl_cpu_attq_qk_qpack_size(R, hd)), *kpack = malloc(pl_cpu_attq_qk_kpack_size(n, hd));
+    float *sT = malloc(sizeof(float) * (size_t)(ldT * n)), *want = malloc(sizeof(float) * (size_t)(R * n));
+    const char *kh = k + (size_t)nb * sizeof(block_q8_0);   /* head 1 of each row */
+    pl_cpu_attq_qk_prepare(R, qc, qrow, hd, qpack);
+    pl_cpu_attq_qk_scores(R, qpack, kh, ks, n, hd, kpack, sT, ldT);
+    for (int64_t j = 0; j < n; j++)
+        for (int c0 = 0; c0 < R; c0 += 4)   /* the kernel's tile: up to 4 activation rows */
+            pl_cpu_mm_q8_0_avx2(hd, kh + j * ks, ks, 1, qc + c0 * qrow, qrow, R - c0 < 4 ? R - c0 : 4,
+                                want + c0 * n + j, (size_t)n);
+    int bad = 0;
+    for (int i = 0; i < R; i++)
+        for (int64_t j = 0; j < n; j++) bad += memcmp(&sT[j * ldT + i], &want[i * n + j], sizeof(float)) != 0;
+    CHECK(bad == 0, "qk kernel R=%d n=%lld hd=%lld: %d of %lld scores differ from pl_cpu_mm_q8_0_avx2", R,
+          (long long)n, (long long)hd, bad, (long long)(R * n));
+    free(k); free(qc); free(x); free(qpack); free(kpack); free(sT); free(want);
+}
+#endif
+
 int main(void) {
     check_case(PL_F16, 300, 0, 1e-5);    /* one chunk */
     check_case(PL_F16, 511, 0, 1e-5);    /* exactly one chunk (512 positions) */
@@ -213,5 +297,18 @@ int main(void) {
     check_prefill(PL_Q4_0, 70, 0, 1e-5);
     g_rot = 0;
     check_prefill(PL_Q8_0, 64, 40, 1e-5);
+#if PL_CPU_HAVE_AVX2_BUILD
+    check_qk_kernel(64, 64, 128);
+    check_qk_kernel(7, 23, 128);
+    check_qk_kernel(3, 5, 64);
+    check_qk_kernel(33, 64, 96);
+    check_qk_kernel(18, 1, 32);
+#endif
+    check_tiles(PL_Q8_0, 64, 0, 1e-5);     /* one block, K tiles of 64 and a tail of 0 */
+    check_tiles(PL_Q8_0, 97, 630, 1e-5);   /* two blocks, a K tail of 23 (not a multiple of 4) */
+    check_tiles(PL_Q4_0, 70, 301, 1e-5);   /* q4_0: the V tile only */
+    g_rot = HD;
+    check_tiles(PL_Q8_0, 130, 1000, 1e-5);
+    g_rot = 0;
     return pl_test_summary("test_attention_split");
 }

@@ -544,6 +544,7 @@ static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group
 
 int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
+int pl_cpu_attq_tile_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -585,10 +586,22 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  * pl_cpu_attq_axpy_avx2). The expf of the scan is the vector exp's, so the
  * last bits differ from ggml's; the kv goldens hold.
  *
+ * Prefill tiles (a block of more than 2 query rows, AVX-512; PL_CPU_ATTQ_TILE=0
+ * turns them off): each V tile is decoded to f32 once per block and read by
+ * the rows from L1, and with a q8_0 K cache the scores come from a VNNI
+ * kernel (two query rows per vector, K + 128 unsigned) into a transposed
+ * tile, scanned 16 rows per vector (cpu_attention_quant.h). The same float
+ * operations in the same order per row, so the same bits as without them
+ * (test_attention_split); pp512 @ d4096 at 1 thread, Qwen3-0.6B shapes, the
+ * attention's time went from 4.7x the f16 cache's to about 1.0x
+ * (bench/bench_attention.c).
+ *
  * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
  * a prefill block's): the converted query rows, then f32 accumulators
  * [R][head_dim], scores [R][PL_ATTQ_JB], the f32 query row and the decoded V
- * row (head_dim each), M and S per query row, the scan's flags. */
+ * row (head_dim each), M and S per query row, the scan's flags; then the
+ * prefill tiles' buffers (the decoded V tile, the packed query rows and K
+ * tile, the transposed scores, each row's visible positions). */
 #define PL_ATTQ_JB 64
 
 static bool pl_att_quant_dtype(pl_dtype t) { return t == PL_Q8_0 || t == PL_Q4_0; }
@@ -611,15 +624,35 @@ static size_t pl_attq_qrow(const pl_cpu_mm_type *kt, int64_t hd) {
 #define PL_ATTQ_BLOCK_ROWS 64
 static int64_t pl_attq_tb(int64_t group) { return group >= PL_ATTQ_BLOCK_ROWS ? 1 : PL_ATTQ_BLOCK_ROWS / group; }
 
-static size_t pl_attq_per_thread(const pl_node *node) {
-    const int64_t hd = node->src[0]->ne[0];
+static int64_t pl_attq_rows_max(const pl_node *node) {
     const int n_kv_head = node->iparams[0] > 0 ? node->iparams[0] : 1;
     const int64_t group = node->src[0]->ne[1] / n_kv_head > 0 ? node->src[0]->ne[1] / n_kv_head : 1;
+    return group > pl_attq_tb(group) * group ? group : pl_attq_tb(group) * group;
+}
+
+/* The scratch before the prefill tiles' buffers (see below). */
+static size_t pl_attq_base(const pl_node *node) {
+    const int64_t hd = node->src[0]->ne[0], rows = pl_attq_rows_max(node);
     const pl_cpu_mm_type *kt = pl_cpu_mm_type_get(node->src[1]->dtype);
-    const int64_t rows = group > pl_attq_tb(group) * group ? group : pl_attq_tb(group) * group;
     size_t b = (size_t)rows * pl_attq_qrow(kt, hd);
     b += ((size_t)rows * (size_t)(hd + PL_ATTQ_JB + 2) + 2 * (size_t)hd) * sizeof(float) + PL_ATTQ_JB;
     return (b + 127) & ~(size_t)63;
+}
+
+/* Then the prefill tiles' buffers: the decoded V tile [PL_ATTQ_JB][hd]
+ * floats, the packed query rows and the packed K tile of the q8_0 score
+ * kernel (pl_cpu_attq_qk_*; sizes without AVX2 too, for simplicity). */
+static size_t pl_attq_qpack_size(const pl_node *node) {
+    const int64_t hd = node->src[0]->ne[0];
+    return (((size_t)((pl_attq_rows_max(node) + 1) / 2) * (size_t)(hd / 32) * 192) + 63) & ~(size_t)63;
+}
+
+static size_t pl_attq_ldt(const pl_node *node) { return (size_t)((pl_attq_rows_max(node) + 15) & ~(int64_t)15); }
+
+static size_t pl_attq_per_thread(const pl_node *node) {
+    const size_t hd = (size_t)node->src[0]->ne[0];
+    return pl_attq_base(node) + PL_ATTQ_JB * hd * sizeof(float) + pl_attq_qpack_size(node) +
+           PL_ATTQ_JB * (hd / 32) * 68 + (PL_ATTQ_JB + 1) * pl_attq_ldt(node) * sizeof(float) + 64;
 }
 
 typedef struct pl_attq_job {
@@ -629,6 +662,9 @@ typedef struct pl_attq_job {
     size_t qrow, per_thread;
     float scale;
     bool avx2, v512;
+    bool vtile;            /* prefill blocks decode each V tile once (PL_CPU_ATTQ_TILE=0: off) */
+    bool qk;               /* and take q8_0 K scores from pl_cpu_attq_qk_scores (VNNI) */
+    size_t vtile_off;      /* their buffers in the scratch (pl_attq_per_thread) */
     bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
     int64_t tb, n_blocks;
     pl_att_split *split;   /* otherwise tasks: tokens x position chunks x KV heads */
@@ -695,6 +731,14 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     float *qf = sc + R * PL_ATTQ_JB, *vf = qf + hd;
     float *M = vf + hd, *S = M + R;
     uint8_t *flags = (uint8_t *)(S + R);
+    float *vtile = (float *)(scr + j->vtile_off);   /* [PL_ATTQ_JB][hd], prefill blocks (j->vtile) */
+    char *qpack = (char *)(vtile + PL_ATTQ_JB * hd), *kpack = qpack + pl_attq_qpack_size(node);
+    /* the q8_0 tiles' transposed scores scT [PL_ATTQ_JB][ldT] and each row's
+     * visible positions of the tile */
+    const int64_t ldT = (int64_t)pl_attq_ldt(node);
+    float *scT = (float *)(kpack + ((PL_ATTQ_JB * (hd / 32) * 68 + 63) & ~(size_t)63));
+    int32_t *lim = (int32_t *)(scT + PL_ATTQ_JB * ldT);
+    const bool qk = j->qk && R > 2;
     for (int64_t r = 0; r < R; r++) {
         const int64_t t = t0 + r / G;
         const float *src = (const float *)((const char *)q->data + (g * G + r % G) * q->nb[1] + t * q->nb[2]);
@@ -706,6 +750,9 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         S[r] = 0.0f;
         memset(acc + r * hd, 0, (size_t)hd * sizeof(float));
     }
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (qk) pl_cpu_attq_qk_prepare((int)R, qc, j->qrow, hd, qpack);
+#endif
     const size_t k_off = pl_dtype_row_size(k->dtype, g * hd), v_off = pl_dtype_row_size(v->dtype, g * hd);
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
     const char *vb = (const char *)v->data + sq * v->nb[2] + v_off;
@@ -716,6 +763,24 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     for (int64_t j0 = b0; j0 <= b1; j0 += PL_ATTQ_JB) {
         const int64_t n = b1 + 1 - j0 < PL_ATTQ_JB ? b1 + 1 - j0 : PL_ATTQ_JB;
         /* sc[r * JB + i] = dot(K row j0 + i, query row r) */
+#if PL_CPU_HAVE_AVX2_BUILD
+        if (qk) {   /* the same steps, 16 rows per vector, transposed scores (cpu_attention_quant.h) */
+            pl_cpu_attq_qk_scores((int)R, qpack, kb + j0 * k->nb[1], k->nb[1], n, hd, kpack, scT, ldT);
+            for (int64_t r = 0; r < R; r++) {
+                const int64_t pr = pl_att_i32(node->src[3], t0 + r / G);
+                lim[r] = (int32_t)(pr + 1 - j0 < 0 ? 0 : pr + 1 - j0 < n ? pr + 1 - j0 : n);
+            }
+            pl_cpu_attq_scan_t((int)R, scT, ldT, n, lim, j->scale, M, S);
+            const char *vt = vb + j0 * v->nb[1];
+            if (!pl_cpu_attq_vdecode_avx512(v->dtype, vt, v->nb[1], n, hd, vtile))
+                for (int64_t i = 0; i < n; i++) {
+                    const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
+                    if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
+                }
+            if (pl_cpu_attq_vtile_t((int)R, scT, ldT, n, vtile, hd, acc)) continue;
+            return;   /* not reached: qk implies head_dim 32..128 (pl_att_quant) */
+        }
+#endif
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
             for (int64_t c0 = 0; c0 < R; c0 += max_nc) {
@@ -735,6 +800,20 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         }
         const char *vt = vb + j0 * v->nb[1];
 #if PL_CPU_HAVE_AVX2_BUILD
+        if (j->v512 && R > 2 && j->vtile && hd <= 128) {   /* the tile kernel's head sizes */
+            /* a prefill block: the V tile decoded once to f32 (the same
+             * values as decoding in registers), then read by every pair of
+             * rows from L1 -- decoding it per pair of rows was 2/3 of the
+             * q8_0 prefill's time (pp512 @ d4096) */
+            if (!pl_cpu_attq_vdecode_avx512(v->dtype, vt, v->nb[1], n, hd, vtile))
+                for (int64_t i = 0; i < n; i++) {
+                    const float *vr = pl_attq_vrow(v->dtype, vt + i * v->nb[1], vtile + i * hd, hd, true);
+                    if (vr != vtile + i * hd) memcpy(vtile + i * hd, vr, (size_t)hd * sizeof(float));
+                }
+            if (pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, PL_F32, (const char *)vtile, (size_t)hd * 4, hd,
+                                         acc))
+                continue;
+        }
         if (j->v512 && pl_cpu_attq_vstep_avx512((int)R, sc, PL_ATTQ_JB, n, v->dtype, vt, v->nb[1], hd, acc)) continue;
 #endif
         pl_attq_vstep(j, R, sc, n, vt, v->nb[1], vf, acc);
@@ -809,8 +888,14 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     static int sw_v512 = -1, sw_split = -1;
     if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATTQ_V512"), sw_split = pl_cpu_switch("PL_CPU_ATT_SPLIT");
     job.v512 = job.avx2 && sw_v512 && pl_cpu_has_vnni512();
-    static int sw_block = -1;
-    if (sw_block < 0) sw_block = pl_cpu_switch("PL_CPU_ATTQ_BLOCK");
+    static int sw_block = -1, sw_tile = -1;
+    if (sw_block < 0) sw_block = pl_cpu_switch("PL_CPU_ATTQ_BLOCK"), sw_tile = pl_cpu_switch("PL_CPU_ATTQ_TILE");
+    job.vtile = pl_cpu_attq_tile_mode >= 0 ? pl_cpu_attq_tile_mode > 0 : sw_tile;
+    job.vtile_off = pl_attq_base(node);
+#if PL_CPU_HAVE_AVX2_BUILD
+    /* the VNNI kernel gives pl_cpu_mm_q8_0_avx2's bits: only in its place */
+    job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
+#endif
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     const int use = nth > 1 ? nth : 1;
     pl_cpu_scratch scratch;

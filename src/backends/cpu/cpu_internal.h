@@ -296,6 +296,10 @@ bool pl_cpu_q5k_enabled(void);
 /* The blocked decode attention (cpu_attention.c): -1 follows the switch
  * PL_CPU_ATT_BLOCK; tests set 0 (off) or 1 (on where it applies). */
 extern int pl_cpu_att_blocked_mode;
+/* The quantized-cache prefill tiles (cpu_attention.c: each V tile decoded
+ * once per block of query rows, q8_0 K scores with VNNI): -1 follows the
+ * switch PL_CPU_ATTQ_TILE; tests set 0 (off) or 1 (on where it applies). */
+extern int pl_cpu_attq_tile_mode;
 
 /* Matmul with a prepared weight (cpu_packed.c); a group of up to
  * PL_CPU_MM_GROUP_MAX matmuls reading the same activations (converted once,
