@@ -731,6 +731,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     float *qf = sc + R * PL_ATTQ_JB, *vf = qf + hd;
     float *M = vf + hd, *S = M + R;
     uint8_t *flags = (uint8_t *)(S + R);
+#if PL_CPU_HAVE_AVX2_BUILD   /* the AVX-512 tiles' scratch */
     float *vtile = (float *)(scr + j->vtile_off);   /* [PL_ATTQ_JB][hd], prefill blocks (j->vtile) */
     char *qpack = (char *)(vtile + PL_ATTQ_JB * hd), *kpack = qpack + pl_attq_qpack_size(node);
     /* the q8_0 tiles' transposed scores scT [PL_ATTQ_JB][ldT] and each row's
@@ -739,6 +740,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     float *scT = (float *)(kpack + ((PL_ATTQ_JB * (hd / 32) * 68 + 63) & ~(size_t)63));
     int32_t *lim = (int32_t *)(scT + PL_ATTQ_JB * ldT);
     const bool qk = j->qk && R > 2;
+#endif
     for (int64_t r = 0; r < R; r++) {
         const int64_t t = t0 + r / G;
         const float *src = (const float *)((const char *)q->data + (g * G + r % G) * q->nb[1] + t * q->nb[2]);
