@@ -24,6 +24,7 @@
 #include <string.h>
 #include "testutil.h"
 #include "ophelpers.h"
+#include "cpu_ctx.h"
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_matmul_iq.h"
 #include "backends/cpu/cpu_matmul_legacy.h"
@@ -36,12 +37,6 @@
 
 extern const pl_backend pl_backend_cpu;
 
-static pl_status run_on(const pl_backend *b, pl_exec_ctx *ctx, const pl_node *n) {
-    const pl_kernel *k = pl_backend_lookup(b, n->op, pl_node_key_dtype(n));
-    if (!k) return PL_ERR_UNSUPPORTED;
-    return k->run(ctx, n);
-}
-
 static pl_status run_ref(const pl_node *n) {
     const pl_backend *ref = pl_backend_find("ref");
     pl_exec_ctx *ctx = NULL;
@@ -50,21 +45,6 @@ static pl_status run_ref(const pl_node *n) {
     st = run_on(ref, ctx, n);
     ref->ctx_free(ctx);
     return st;
-}
-
-static pl_exec_ctx *cpu_ctx(int nth, size_t work) {
-    pl_exec_ctx *ctx = NULL;
-    if (pl_backend_cpu.ctx_create(nth, &ctx) != PL_OK) return NULL;
-    ctx->work_size = work;
-    ctx->work = work ? aligned_alloc(64, (work + 63) & ~(size_t)63) : NULL;
-    return ctx;
-}
-
-static void cpu_ctx_free(pl_exec_ctx *ctx) {
-    if (!ctx) return;
-    free(ctx->work);
-    ctx->work = NULL;
-    pl_backend_cpu.ctx_free(ctx);
 }
 
 /* the copied() callback: marks the bytes it is told about */

@@ -108,20 +108,31 @@ static uint64_t stack_hash(const uint32_t *st, uint32_t len) {
     return h;
 }
 
+/* Looks the stack st[0..len) up in a {generation, offset + 1} table of
+ * `cap` slots (a power of two) whose entries point into `stacks` ({len,
+ * positions...} records). 1: found; 0: not, *slot_out is the free slot. */
+static int stack_lookup(const uint32_t *ht, uint32_t cap, uint32_t gen, const uint32_t *stacks, const uint32_t *st,
+                        uint32_t len, uint32_t *slot_out) {
+    uint64_t h = stack_hash(st, len);
+    uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (cap - 1);
+    for (;; slot = (slot + 1) & (cap - 1)) {
+        const uint32_t *e = ht + 2 * slot;
+        if (e[0] != gen) break;
+        const uint32_t *p = stacks + e[1] - 1;
+        if (p[0] == len && !memcmp(p + 1, st, len * sizeof *p)) return 1;
+    }
+    *slot_out = slot;
+    return 0;
+}
+
 /* Has the stack scratch[base .. base+len) (a rule on top) been expanded into
  * the set being built? If not, remembers it. 1: yes, 0: no, -1: out of
  * memory. */
 static int already_expanded(pl_gmatch *m, size_t base, uint32_t len) {
     if (!m->seen_ht && !(m->seen_ht = calloc(2 * PL_GM_SEEN_HT, sizeof *m->seen_ht))) return -1;
     const uint32_t *st = m->scratch.d + base;
-    uint64_t h = stack_hash(st, len);
-    uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (PL_GM_SEEN_HT - 1);
-    for (;; slot = (slot + 1) & (PL_GM_SEEN_HT - 1)) {
-        uint32_t *e = m->seen_ht + 2 * slot;
-        if (e[0] != m->gen) break;
-        const uint32_t *p = m->seen.d + e[1] - 1;
-        if (p[0] == len && !memcmp(p + 1, st, len * sizeof *p)) return 1;
-    }
+    uint32_t slot;
+    if (stack_lookup(m->seen_ht, PL_GM_SEEN_HT, m->gen, m->seen.d, st, len, &slot)) return 1;
     if (m->seen_used >= PL_GM_SEEN_HT / 2) return 0;   /* full: expand without remembering */
     if (pl_u32vec_reserve(&m->seen, len + 1)) return -1;
     st = m->scratch.d + base;
@@ -147,14 +158,8 @@ static int advance(pl_gmatch *m, pl_u32vec *out, size_t set, size_t base, uint32
         /* a finished stack: add unless already present (hashed: an
          * ambiguous grammar can hold thousands of stacks) */
         const uint32_t *st = m->scratch.d + base;
-        uint64_t h = stack_hash(st, len);
-        uint32_t slot = (uint32_t)(h ^ (h >> 32)) & (PL_GM_HT - 1);
-        for (;; slot = (slot + 1) & (PL_GM_HT - 1)) {
-            uint32_t *e = m->ht + 2 * slot;
-            if (e[0] != m->gen) break;
-            const uint32_t *p = out->d + set + e[1] - 1;
-            if (p[0] == len && !memcmp(p + 1, st, len * sizeof *p)) return 0;
-        }
+        uint32_t slot;
+        if (stack_lookup(m->ht, PL_GM_HT, m->gen, out->d + set, st, len, &slot)) return 0;
         uint32_t count = out->d[set];
         if (count >= PL_GM_MAX_STACKS || out->d[set + 1] + len + 1 > PL_GM_MAX_WORDS) {
             m->overflow = 1;
