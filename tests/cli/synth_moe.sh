@@ -77,6 +77,65 @@ sys.exit(0 if rss < size / 2 else 1)
 PY
 fi
 
+# 5. --distinct-rows P: a pool larger than any matrix changes nothing; a small
+# pool keeps every tensor's size and type, each matrix has at most P distinct
+# rows, and the file still loads and generates
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type Q4_K_M --seed 5 \
+  --threads 1 --distinct-rows 100000 --out "$tmp/pool-big.gguf" 2>/dev/null || bad "synth --distinct-rows 100000"
+cmp -s "$tmp/direct.gguf" "$tmp/pool-big.gguf" && ok || bad "a pool above every row count changed the file"
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type Q4_K_M --seed 5 \
+  --threads 2 --distinct-rows 3 --out "$tmp/pool3.gguf" 2>/dev/null || bad "synth --distinct-rows 3"
+types "$tmp/pool3.gguf" | sort > "$tmp/pool3.types"
+diff -q "$tmp/direct.types" "$tmp/pool3.types" >/dev/null && ok || bad "--distinct-rows changed tensor types or shapes"
+[ "$(stat -c %s "$tmp/direct.gguf")" = "$(stat -c %s "$tmp/pool3.gguf")" ] && ok || bad "--distinct-rows changed the file size"
+cmp -s "$tmp/direct.gguf" "$tmp/pool3.gguf" && bad "--distinct-rows 3 wrote the same bytes" || ok
+python3 - "$tmp/pool3.gguf" <<'PY' && ok || bad "distinct rows of the pooled matrices"
+import struct, sys
+f = open(sys.argv[1], 'rb'); data = f.read()
+pos = 0
+def rd(fmt):
+    global pos
+    v = struct.unpack_from('<' + fmt, data, pos); pos += struct.calcsize('<' + fmt); return v[0]
+def rstr():
+    global pos
+    n = rd('Q'); s = data[pos:pos + n].decode(); pos += n; return s
+SIZES = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
+def skip(t):
+    if t == 8: rstr(); return
+    if t == 9:
+        et, n = rd('I'), rd('Q')
+        for _ in range(n): skip(et)
+        return
+    rd(SIZES[t])
+assert data[:4] == b'GGUF'; pos = 8
+nt, nkv = rd('Q'), rd('Q')
+align = 32
+for _ in range(nkv):
+    k = rstr(); t = rd('I')
+    if k == 'general.alignment': align = rd('I')
+    else: skip(t)
+ts = []
+for _ in range(nt):
+    name = rstr(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; t = rd('I'); off = rd('Q')
+    ts.append((name, dims, t, off))
+base = (pos + align - 1) // align * align
+BLK = {12: (256, 144), 14: (256, 210)}   # q4_K, q6_K: (block elements, bytes)
+checked = 0
+for name, dims, t, off in ts:
+    if t not in BLK or len(dims) < 2: continue
+    be, bb = BLK[t]
+    rb = dims[0] // be * bb
+    rows = 1
+    for d in dims[1:]: rows *= d
+    if rows <= 3: continue
+    got = {data[base + off + r * rb: base + off + (r + 1) * rb] for r in range(rows)}
+    if len(got) > 3: sys.exit(f'{name}: {len(got)} distinct rows of {rows}')
+    checked += 1
+sys.exit(0 if checked >= 10 else f'only {checked} matrices checked')
+PY
+out=$("$BIN" run --model "$tmp/pool3.gguf" --prompt "Hello" --max-tokens 3 --device cpu --threads 1 2>&1) \
+  && ok || bad "run of the pooled file: $out"
+
 # 4. bad options: one line, non-zero
 expect_error() {  # expect_error "<substring of stderr>" args...
   local want=$1; shift
@@ -89,5 +148,6 @@ expect_error "needs --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 -
 expect_error "bad --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --experts 4:5:8 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "--experts is for" synth --arch qwen3 --preset 256:2:4:2:64:768 --experts 4:2:8 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "unsupported --type" synth --arch qwen3moe --preset 30b-a3b --type IQ2_XXS --vocab "$V" --out "$tmp/x.gguf"
+expect_error "bad --distinct-rows" synth --arch qwen3moe --preset 30b-a3b --distinct-rows 0 --vocab "$V" --out "$tmp/x.gguf"
 echo "synth_moe: $pass passed, $fail failed"
 [ $fail -eq 0 ]

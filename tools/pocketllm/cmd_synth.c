@@ -55,6 +55,7 @@ typedef struct fill_job {
     char *dst;
     size_t row_bytes;
     float *bufs;   /* one row buffer per thread */
+    int64_t rows;  /* rows to quantize: the tensor's, or the distinct-row pool's */
 } fill_job;
 
 static uint64_t mix64(uint64_t z) {
@@ -72,7 +73,7 @@ static uint64_t hash_name(const char *s, uint64_t seed) {
 static void fill_rows(void *arg, int ith, int nth) {
     fill_job *j = arg;
     const synth_tensor *t = j->t;
-    const int64_t n = t->ne[0], rows = t->n_dims > 1 ? t->ne[1] * (t->n_dims > 2 ? t->ne[2] : 1) : 1;
+    const int64_t n = t->ne[0], rows = j->rows;
     float *row = j->bufs + (size_t)ith * (size_t)n;
     const float a = t->is_norm ? 0.1f : sqrtf(3.0f / (float)n);
     for (int64_t r = ith; r < rows; r += nth) {
@@ -89,6 +90,7 @@ static void fill_rows(void *arg, int ith, int nth) {
 typedef struct synth_ctx {
     pl_threadpool *pool;
     float *bufs;
+    int64_t distinct_rows;   /* --distinct-rows: 0 = every row its own */
 } synth_ctx;
 
 typedef struct fill_user {
@@ -102,8 +104,20 @@ static pl_status fill_tensor(void *user, const char *name, void *dst, uint64_t s
         memcpy(dst, u->t->values, (size_t)size);
         return PL_OK;
     }
-    fill_job j = {u->t, dst, pl_dtype_row_size(u->t->dtype, u->t->ne[0]), u->ctx->bufs};
+    const synth_tensor *t = u->t;
+    const int64_t rows = t->n_dims > 1 ? t->ne[1] * (t->n_dims > 2 ? t->ne[2] : 1) : 1;
+    const int64_t pool = u->ctx->distinct_rows;
+    fill_job j = {t, dst, pl_dtype_row_size(t->dtype, t->ne[0]), u->ctx->bufs, pool > 0 && rows > pool ? pool : rows};
     pl_threadpool_run(u->ctx->pool, fill_rows, &j);
+    /* --distinct-rows P: rows past the first P are copies of pool rows picked
+     * by a hash of (tensor, row), so a benchmark-sized file (30B-A3B: ~17 GiB
+     * of Q4_K) is written at disk speed instead of an hour of quantizing.
+     * The bytes are still the quantizer's output for random rows, and every
+     * row has its own address, so kernels read exactly as much memory. */
+    for (int64_t r = j.rows; r < rows; r++) {
+        const uint64_t pick = mix64(t->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull)) % (uint64_t)j.rows;
+        memcpy((char *)dst + (size_t)r * j.row_bytes, (char *)dst + (size_t)pick * j.row_bytes, j.row_bytes);
+    }
     return PL_OK;
 }
 
@@ -261,13 +275,13 @@ static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm
 static int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v, *experts = NULL;
     const char *rope_llama3 = NULL;
-    long long seed = 1, threads = 0, window = 512;
+    long long seed = 1, threads = 0, window = 512, distinct_rows = 0;
     double softcap = 0;
     bool bad = false, untied = false;
     for (int i = 1; i < argc && !bad; i++) {
         if (!strcmp(argv[i], "--help")) {
             puts("usage: pocketllm synth --arch qwen3|llama|qwen3moe|gemma3 --preset 0.6b|1.7b|4b|8b|E:L:H:G:D:F --type f16\n"
-                 "                       --out F --vocab VOCAB.gguf [--seed S] [--untied] [--threads N]\n"
+                 "                       --out F --vocab VOCAB.gguf [--seed S] [--untied] [--threads N] [--distinct-rows P]\n"
                  "                       [--experts X:K:Fx] [--rope-llama3 FACTOR:LOW:HIGH:CTX] [--window W] [--softcap C]\n"
                  "  gemma3: --window W sliding window of the local layers (default 512); --softcap C final logit\n"
                  "          soft-capping (default none)\n"
@@ -277,6 +291,8 @@ static int cmd_synth(int argc, char **argv) {
                  "  qwen3moe: --experts X:K:Fx = expert_count:expert_used_count:expert_feed_forward_length\n"
                  "            (required with E:L:H:G:D:F); --preset 30b-a3b = Qwen3-30B-A3B (2048:48:32:4:128:6144,\n"
                  "            128:8:768, untied)\n"
+                 "  --distinct-rows P: quantize only P random rows per matrix and repeat them (picked by a\n"
+                 "    hash) -- for speed benchmarks of very large shapes; the file keeps its full size\n"
                  "  --rope-llama3 (llama only): write rope_freqs.weight, llama3's RoPE frequency factors\n"
                  "    (rope_scaling factor, low_freq_factor, high_freq_factor, original context; e.g. 32:1:4:8192)");
             return 0;
@@ -290,6 +306,9 @@ static int cmd_synth(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--experts", &experts, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
+        } else if (pl_cli_opt(argc, argv, &i, "--distinct-rows", &v, &bad)) {
+            if (!bad && !pl_cli_parse_int(v, 1, INT64_MAX, &distinct_rows))
+                return pl_cli_error("bad --distinct-rows '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--window", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 1, 1 << 24, &window)) return pl_cli_error("bad --window '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--softcap", &v, &bad)) {
@@ -384,7 +403,7 @@ static int cmd_synth(int argc, char **argv) {
     pl_arch_each_tensor(a, &hp, synth_keep, synth_add, &sw);
     const size_t n = sw.n;
 
-    synth_ctx sc = {0};
+    synth_ctx sc = {.distinct_rows = distinct_rows};
     int rc = 0;
     if (mix) {
         const pl_mix_model mm = {d.n_layer, d.n_head, d.n_head_kv, hp.n_expert};
