@@ -25,6 +25,7 @@
 #include "core/fp16.h"
 #include "graph/graph.h"
 #include "kernels/abi.h"
+#include "quant/hadamard.h"
 #include "quant/quant.h"
 
 extern const pl_backend pl_backend_cpu;
@@ -258,7 +259,26 @@ static void check_qk_kernel(int R, int64_t n, int64_t hd) {
 }
 #endif
 
+/* The cpu backend's Hadamard rotation (vectorized) against the portable
+ * one: the same bits, for every size llama.cpp uses and the in-register
+ * spans alone (n = 8, 16), over values of very different magnitudes. */
+static void check_hadamard(int n) {
+    const int64_t len = 3 * (int64_t)n;
+    float *a = malloc((size_t)len * sizeof *a), *b = malloc((size_t)len * sizeof *b);
+    uint32_t s = 0x9E3779B9u ^ (uint32_t)n;
+    for (int64_t i = 0; i < len; i++) {
+        s = s * 1664525u + 1013904223u;
+        const float u = (float)(s >> 8) / 16777216.0f - 0.5f;
+        a[i] = b[i] = u * ldexpf(1.0f, (int)(s % 23) - 11);
+    }
+    pl_hadamard_rows(a, len, n);
+    pl_cpu_hadamard_rows(b, len, n);
+    CHECK(memcmp(a, b, (size_t)len * sizeof *a) == 0, "hadamard n=%d: the cpu rotation differs from the portable one", n);
+    free(a); free(b);
+}
+
 int main(void) {
+    for (int n = 8; n <= 256; n *= 2) check_hadamard(n);
     check_case(PL_F16, 300, 0, 1e-5);    /* one chunk */
     check_case(PL_F16, 511, 0, 1e-5);    /* exactly one chunk (512 positions) */
     check_case(PL_F16, 512, 0, 1e-5);    /* two chunks, the second of one position */

@@ -745,7 +745,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         const int64_t t = t0 + r / G;
         const float *src = (const float *)((const char *)q->data + (g * G + r % G) * q->nb[1] + t * q->nb[2]);
         memcpy(qf, src, (size_t)hd * sizeof(float));
-        if (k_rot) pl_hadamard_rows(qf, hd, k_rot);
+        if (k_rot) pl_cpu_hadamard_rows(qf, hd, k_rot);
         if (j->kt->from_float) j->kt->from_float(qf, qc + r * j->qrow, hd);
         else memcpy(qc + r * j->qrow, qf, (size_t)hd * sizeof(float));
         M[r] = -INFINITY;
@@ -832,7 +832,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         float *out = (float *)((char *)dst->data + t * dst->nb[1]) + (g * G + r % G) * hd;
         const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
         for (int64_t d = 0; d < hd; d++) out[d] = acc[r * hd + d] * inv;
-        if (v_rot) pl_hadamard_rows(out, hd, v_rot);
+        if (v_rot) pl_cpu_hadamard_rows(out, hd, v_rot);
     }
 }
 
@@ -934,7 +934,7 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
             for (int64_t t = split.t0; t < split.t1; t++) {
                 if (split.slot_pref[t - split.t0 + 1] - split.slot_pref[t - split.t0] < 2) continue;
                 float *out = (float *)((char *)dst->data + t * dst->nb[1]);
-                for (int64_t h = 0; h < q->ne[1]; h++) pl_hadamard_rows(out + h * job.hd, job.hd, node->iparams[3]);
+                for (int64_t h = 0; h < q->ne[1]; h++) pl_cpu_hadamard_rows(out + h * job.hd, job.hd, node->iparams[3]);
             }
     }
     pl_cpu_scratch_release(&scratch);

@@ -510,9 +510,13 @@ static inline char *pl_cpu_row(const pl_tensor *t, int64_t r) {
 void pl_cpu_vec_f16_to_f32(const uint16_t *x, float *y, int64_t n);
 void pl_cpu_vec_f32_to_f16(const float *x, uint16_t *y, int64_t n);
 void pl_cpu_vec_bf16_to_f32(const uint16_t *x, float *y, int64_t n);
+/* pl_hadamard_rows (quant/hadamard.h), bit-identical, vectorized when n is a
+ * multiple of 8 */
+void pl_cpu_hadamard_rows(float *x, int64_t len, int n);
 #if PL_CPU_HAVE_AVX2_BUILD
 void pl_cpu_vec_f16_to_f32_avx2(const uint16_t *x, float *y, int64_t n);
 void pl_cpu_vec_f32_to_f16_avx2(const float *x, uint16_t *y, int64_t n);
+void pl_cpu_hadamard_rows_avx2(float *x, int64_t len, int n);
 void pl_cpu_vec_bf16_to_f32_avx2(const uint16_t *x, float *y, int64_t n);
 /* Attention inner loops (cpu_attention_avx2.c); see cpu_attention.c. */
 void pl_cpu_att_scores_avx2(int R, const float *const *q, const char *k, size_t ks, bool f16, int64_t n_kv,

@@ -38,6 +38,13 @@ void pl_cpu_vec_f32_to_f16(const float *x, uint16_t *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] = pl_f32_to_f16(x[i]);
 }
 
+void pl_cpu_hadamard_rows(float *x, int64_t len, int n) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    if (n >= 8 && n % 8 == 0 && pl_cpu_has_avx2()) { pl_cpu_hadamard_rows_avx2(x, len, n); return; }
+#endif
+    pl_hadamard_rows(x, len, n);
+}
+
 void pl_cpu_vec_bf16_to_f32(const uint16_t *x, float *y, int64_t n) {
 #if PL_CPU_HAVE_AVX2_BUILD
     if (pl_cpu_has_avx2()) { pl_cpu_vec_bf16_to_f32_avx2(x, y, n); return; }
@@ -335,7 +342,7 @@ static void pl_kv_store_q_range(const pl_node *node, int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; c++) {
             const int64_t lo = c * unit, n = kv_dim - lo < unit ? kv_dim - lo : unit;
             memcpy(buf, src + lo, (size_t)n * sizeof(float));
-            if (rot) pl_hadamard_rows(buf, n, rot);
+            if (rot) pl_cpu_hadamard_rows(buf, n, rot);
             char *o = out + pl_dtype_row_size(cache->dtype, lo);
             switch (cache->dtype) {
             case PL_Q8_0: q8->from_float(buf, o, n); break;

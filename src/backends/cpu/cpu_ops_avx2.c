@@ -72,3 +72,32 @@ void pl_cpu_swiglu_avx2(const float *g, const float *u, float *y, int64_t n) {
     }
     for (; i < n; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
+
+/* pl_hadamard_rows (quant/hadamard.c) eight lanes at a time, bit-identical:
+ * the same scale-first rounding and the same u + v / u - v per element (float
+ * addition commutes exactly). Spans 1, 2 and 4 are in-register swaps within
+ * one vector (lanes that take u - v read u from the swapped copy); spans of 8
+ * and more are whole-vector butterflies. n is a multiple of 8. */
+void pl_cpu_hadamard_rows_avx2(float *x, int64_t len, int n) {
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)n));
+    for (int64_t c = 0; c + n <= len; c += n) {
+        float *r = x + c;
+        for (int j = 0; j < n; j += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(r + j), scale);
+            __m256 s = _mm256_permute_ps(v, 0xB1);                     /* span 1: lanes 1 0 3 2 */
+            v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xAA);
+            s = _mm256_permute_ps(v, 0x4E);                            /* span 2: lanes 2 3 0 1 */
+            v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xCC);
+            s = _mm256_permute2f128_ps(v, v, 1);                       /* span 4: the halves swapped */
+            v = _mm256_blend_ps(_mm256_add_ps(v, s), _mm256_sub_ps(s, v), 0xF0);
+            _mm256_storeu_ps(r + j, v);
+        }
+        for (int span = 8; span < n; span <<= 1)
+            for (int i = 0; i < n; i += 2 * span)
+                for (int j = i; j < i + span; j += 8) {
+                    const __m256 u = _mm256_loadu_ps(r + j), w = _mm256_loadu_ps(r + j + span);
+                    _mm256_storeu_ps(r + j, _mm256_add_ps(u, w));
+                    _mm256_storeu_ps(r + j + span, _mm256_sub_ps(u, w));
+                }
+    }
+}
