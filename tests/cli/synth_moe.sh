@@ -48,6 +48,17 @@ PY
 types "$tmp/q.gguf" | sort > "$tmp/q.types"
 types "$tmp/direct.gguf" | sort > "$tmp/direct.types"
 if diff "$tmp/q.types" "$tmp/direct.types" >/dev/null; then ok; else bad "types differ: $(diff "$tmp/q.types" "$tmp/direct.types" | head -5)"; fi
+# the same for Q2_K (a name that is also a tensor type: upper case = the file
+# type's mix, q3_K ffn_down), and lower-case q2_K = every matrix q2_K
+"$BIN" quantize "$tmp/f16.gguf" "$tmp/q2.gguf" Q2_K --threads 1 --quiet >/dev/null 2>&1 || bad "quantize Q2_K"
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type Q2_K --seed 5 \
+  --threads 1 --out "$tmp/direct-q2.gguf" 2>/dev/null || bad "synth Q2_K"
+if diff <(types "$tmp/q2.gguf" | sort) <(types "$tmp/direct-q2.gguf" | sort) >/dev/null; then ok
+else bad "Q2_K types differ: $(diff <(types "$tmp/q2.gguf" | sort) <(types "$tmp/direct-q2.gguf" | sort) | head -5)"; fi
+types "$tmp/direct-q2.gguf" | grep -q '^blk.0.ffn_down_exps.weight 11 ' && ok || bad "Q2_K: ffn_down_exps q3_K"
+"$BIN" synth --arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:256 --vocab "$V" --type q2_K --seed 5 \
+  --threads 1 --out "$tmp/direct-q2k.gguf" 2>/dev/null || bad "synth q2_K"
+[ "$(types "$tmp/direct-q2k.gguf" | awk 'NR > 1 && $2 != 0 && $2 != 10' | wc -l)" = 0 ] && ok || bad "q2_K: a matrix not q2_K"
 grep -q '^file_type 15$' "$tmp/direct.types" && ok || bad "file_type of the direct file"
 grep -q '^blk.0.ffn_gate_exps.weight 12 256x256x8$' "$tmp/direct.types" && ok || bad "ffn_gate_exps q4_K [256, 256, 8]"
 grep -q '^blk.3.ffn_down_exps.weight 14 256x256x8$' "$tmp/direct.types" && ok || bad "last ffn_down_exps q6_K (use_more_bits)"

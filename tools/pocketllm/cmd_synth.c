@@ -286,8 +286,9 @@ static int cmd_synth(int argc, char **argv) {
                  "  gemma3: --window W sliding window of the local layers (default 512); --softcap C final logit\n"
                  "          soft-capping (default none)\n"
                  "  E:L:H:G:D:F = n_embd:n_layer:n_head:n_head_kv:head_dim:n_ff\n"
-                 "  types: f32 f16 bf16 q8_0 q4_K q6_K (matrices; norms stay f32), or a file type such as\n"
-                 "         Q4_K_M: each tensor written directly in the type the quantizer's rules pick\n"
+                 "  types: f32 f16 bf16 q8_0 q4_K q6_K ... (every matrix; norms stay f32), or a file type such as\n"
+                 "         Q4_K_M or Q2_K (upper case): each tensor written directly in the type the quantizer's\n"
+                 "         rules pick\n"
                  "  qwen3moe: --experts X:K:Fx = expert_count:expert_used_count:expert_feed_forward_length\n"
                  "            (required with E:L:H:G:D:F); --preset 30b-a3b = Qwen3-30B-A3B (2048:48:32:4:128:6144,\n"
                  "            128:8:768, untied)\n"
@@ -348,13 +349,19 @@ static int cmd_synth(int argc, char **argv) {
             return pl_cli_error("synth: bad --rope-llama3 '%s' (FACTOR:LOW:HIGH:CTX, factor >= 1, 0 < low < high, "
                                 "ctx >= 1)", rope_llama3);
     }
+    /* A name spelled as llama-quantize's file type (Q2_K, TQ2_0: upper case)
+     * gets that file type's mix; the same name as a ggml tensor type (q2_K,
+     * tq2_0) puts every matrix in that one type. */
     pl_dtype wt;
-    const pl_ftype_info *mix = NULL;
-    if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1) {
+    const pl_ftype_info *mix = pl_ftype_find(type);
+    if (mix && strcmp(mix->name, type) != 0 && pl_dtype_from_name(type, &wt)) mix = NULL;
+    if (!mix && (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1))
         mix = pl_ftype_find(type);
-        if (!mix || mix->needs_imatrix) return pl_cli_error("synth: unsupported --type '%s'", type);
+    if (mix) {
+        if (mix->needs_imatrix) return pl_cli_error("synth: unsupported --type '%s'", type);
         wt = mix->base;
-    }
+    } else if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1)
+        return pl_cli_error("synth: unsupported --type '%s'", type);
 
     pl_gguf *vg = NULL;
     if (pl_gguf_open(vocab, &vg) != PL_OK) return pl_cli_error("%s", pl_last_error());
