@@ -628,7 +628,8 @@ PL_API pl_status pl_model_set_observer(pl_model *model, pl_node_observer fn, voi
 /* Writes an importance matrix in llama.cpp's GGUF imatrix format (what
  * llama-imatrix writes, pl_quantize_params.imatrix_path reads). Entries are
  * written sorted by name; sums: n_cols * n_mat floats (sum of x^2 per input
- * column), counts: n_mat floats (tokens summed). */
+ * column), counts: n_mat floats (tokens summed). n_mat: 1 for a dense
+ * weight, n_expert for an expert tensor (matrix e's sums at sums + e*n_cols). */
 typedef struct pl_imatrix_entry {
     const char *name;          /* the weight: "blk.0.attn_q.weight" */
     int64_t n_cols, n_mat;
