@@ -601,14 +601,24 @@ PL_API pl_status pl_device_free_memory(const char *device, uint64_t *out);
  * rows (tokens) by ne[2] by ne[3], row (i1,i2,i3) at byte offset
  * i1*nb[1] + i2*nb[2] + i3*nb[3]. The pointers are valid during the call
  * only. Host backends only: a forward pass on a device backend with an
- * observer set fails with PL_ERR_UNSUPPORTED. */
+ * observer set fails with PL_ERR_UNSUPPORTED.
+ * An expert-indexed matmul (op "matmul_id", GGML's mul_mat_id: qwen3moe's
+ * ffn_{gate,up,down}_exps) reports weight and input the same way, input
+ * being ne[0] columns by ne[1] = 1 or k slots by ne[2] tokens, and also
+ * ids: the expert of slot j of token t is ids[j*ids_nb[0]/4 + t*ids_nb[1]/4]
+ * (0..n_expert-1), slot j reading input row (j % ne[1], t). */
 typedef struct pl_node_info {
-    const char *op;            /* "matmul", "rms_norm", ... */
+    const char *op;            /* "matmul", "matmul_id", "rms_norm", ... */
     const char *name;          /* the node's output tensor */
-    const char *weight;        /* matmul: the weight's name; else NULL */
-    const float *input;        /* matmul: its f32 input; else NULL */
-    int64_t ne[4];             /* matmul: the input's shape; else the output's */
+    const char *weight;        /* matmul, matmul_id: the weight's name; else NULL */
+    const float *input;        /* matmul, matmul_id: its f32 input; else NULL */
+    int64_t ne[4];             /* matmul, matmul_id: the input's shape; else the output's */
     size_t nb[4];              /* byte strides of the same */
+    /* matmul_id only (else NULL / 0): */
+    const int32_t *ids;        /* the routed experts, I32 [ids_ne[0] = k, ids_ne[1] = tokens] */
+    int64_t ids_ne[2];
+    size_t ids_nb[2];          /* byte strides of ids */
+    int64_t n_expert;          /* the weight's matrices (its ne[2]) */
 } pl_node_info;
 typedef void (*pl_node_observer)(void *user, const pl_node_info *node);
 /* Sets (fn NULL: clears) the model's observer. PL_ERR_INVALID_ARG for a
@@ -618,7 +628,8 @@ PL_API pl_status pl_model_set_observer(pl_model *model, pl_node_observer fn, voi
 /* Writes an importance matrix in llama.cpp's GGUF imatrix format (what
  * llama-imatrix writes, pl_quantize_params.imatrix_path reads). Entries are
  * written sorted by name; sums: n_cols * n_mat floats (sum of x^2 per input
- * column), counts: n_mat floats (tokens summed). */
+ * column), counts: n_mat floats (tokens summed). n_mat: 1 for a dense
+ * weight, n_expert for an expert tensor (matrix e's sums at sums + e*n_cols). */
 typedef struct pl_imatrix_entry {
     const char *name;          /* the weight: "blk.0.attn_q.weight" */
     int64_t n_cols, n_mat;

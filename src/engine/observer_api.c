@@ -21,6 +21,21 @@ static void trampoline(void *user, const pl_node *nd) {
         info.weight = nd->src[0]->name;
         shape = nd->src[1];
         if (shape->dtype == PL_F32) info.input = shape->data;
+    } else if (nd->op == PL_OP_MATMUL_ID && nd->src[0] && nd->src[1] && nd->src[2]) {
+        /* src0: weights [K, N, n_expert]; src1: f32 input [K, n_x, n_tok];
+         * src2: I32 ids [k, n_tok] (kernels/abi.h) */
+        const pl_tensor *ids = nd->src[2];
+        info.weight = nd->src[0]->name;
+        info.n_expert = nd->src[0]->ne[2];
+        shape = nd->src[1];
+        if (shape->dtype == PL_F32 && ids->dtype == PL_I32) {
+            info.input = shape->data;
+            info.ids = ids->data;
+            info.ids_ne[0] = ids->ne[0];
+            info.ids_ne[1] = ids->ne[1];
+            info.ids_nb[0] = ids->nb[0];
+            info.ids_nb[1] = ids->nb[1];
+        }
     }
     if (shape)
         for (int d = 0; d < 4; d++) {

@@ -10,8 +10,11 @@
  *     "<W>.in_sum2"  F32 [n_cols, n_mat]  sum over tokens of x[col]^2, x = W's input
  *     "<W>.counts"   F32 [1, n_mat]       number of tokens summed
  *
- * n_mat is 1 for a dense 2-D weight (experts would have one row each). The
- * quantizers want the per-column mean, sum / count (quant/quantize_rows.h).
+ * n_mat is 1 for a dense 2-D weight (written 1-D: in_sum2 [n_cols], counts
+ * [1]) and n_expert for a 3-D expert tensor [n_cols, n_rows, n_expert]: one
+ * row of sums and one count per expert (the rows routed to it; 0 for an
+ * expert the text never reached). The quantizers want the per-column mean,
+ * sum / count (quant/quantize_rows.h), each expert's matrix its own slice.
  *
  * Collecting is not the library's: a program installs a per-node observer
  * (pl_model_set_observer) and sums the squared matmul inputs itself, then

@@ -158,7 +158,7 @@ expect_error() {  # expect_error "<substring of stderr>" args...
 expect_error "needs --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "bad --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --experts 4:5:8 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "--experts is for" synth --arch qwen3 --preset 256:2:4:2:64:768 --experts 4:2:8 --vocab "$V" --out "$tmp/x.gguf"
-expect_error "unsupported --type" synth --arch qwen3moe --preset 30b-a3b --type IQ2_XXS --vocab "$V" --out "$tmp/x.gguf"
+expect_error "needs --imatrix" synth --arch qwen3moe --preset 30b-a3b --type IQ2_XXS --vocab "$V" --out "$tmp/x.gguf"
 expect_error "bad --distinct-rows" synth --arch qwen3moe --preset 30b-a3b --distinct-rows 0 --vocab "$V" --out "$tmp/x.gguf"
 echo "synth_moe: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -7,7 +7,9 @@
  * adds one), each chunk is evaluated from an empty cache with every token's
  * logits requested -- so the last layer's FFN sees every token, as in
  * llama.cpp -- and after each matmul of a "blk.*" weight the squared inputs
- * are summed per column (imatrix_collect.h, on the public per-node observer). The perplexity of the second half
+ * are summed per column, after each expert-indexed matmul (qwen3moe's
+ * ffn_*_exps) per expert over the rows routed to it (imatrix_collect.h, on
+ * the public per-node observer). The perplexity of the second half
  * of each chunk is printed along the way, as llama-imatrix does.
  */
 #include "cli.h"

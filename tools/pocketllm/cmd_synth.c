@@ -16,6 +16,13 @@
  * seeded from (seed, tensor name), so files are reproducible and rows can be
  * generated in parallel.
  *
+ * --imatrix F (llama.cpp's GGUF imatrix, e.g. `pocketllm imatrix` run on a
+ * file synth wrote with the same seed): the rows are quantized as
+ * `pocketllm quantize --imatrix F` quantizes them (quant/quantize_rows.h),
+ * each matrix of a 3-D expert tensor with its expert's slice of the
+ * imatrix, so file types that need one (IQ2_XXS, ...) can be written
+ * directly too: synth Q4_K_M -> imatrix -> synth IQ2_XXS, never an f16 file.
+ *
  * The one subcommand that includes internal headers (core/threadpool.h,
  * gguf/gguf_write.h, quant/quant.h; quant/quantize_mix.h and core/status.h for
  * --type FILETYPE): it writes test checkpoints with the
@@ -28,9 +35,12 @@
 #include "gguf/gguf_write.h"
 #include "quant/quant.h"
 #include "quant/quantize_mix.h"
+#include "quant/quantize_rows.h"
+#include "quant/imatrix.h"
 #include "core/status.h"
 #include "models/arch_table.h"
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -48,6 +58,8 @@ typedef struct synth_tensor {
     uint64_t seed;
     bool is_norm;
     const float *values;   /* fixed F32 content (rope_freqs), or NULL = random */
+    bool with_rows;        /* --imatrix: quantized by pl_quantize_rows, as `pocketllm quantize` */
+    const float *imatrix;  /* its weights, ne[0] per matrix (expert), or NULL */
 } synth_tensor;
 
 typedef struct fill_job {
@@ -56,6 +68,7 @@ typedef struct fill_job {
     size_t row_bytes;
     float *bufs;   /* one row buffer per thread */
     int64_t rows;  /* rows to quantize: the tensor's, or the distinct-row pool's */
+    atomic_int st; /* the first failure of any thread (pl_status) */
 } fill_job;
 
 static uint64_t mix64(uint64_t z) {
@@ -83,7 +96,15 @@ static void fill_rows(void *arg, int ith, int nth) {
             float u = (float)((s >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; /* [-1, 1) */
             row[i] = t->is_norm ? 1.0f + a * u : a * u;
         }
-        pl_quantize_row(t->dtype, row, j->dst + (size_t)r * j->row_bytes, n);
+        void *dst = j->dst + (size_t)r * j->row_bytes;
+        if (!t->with_rows) {
+            pl_quantize_row(t->dtype, row, dst, n);
+            continue;
+        }
+        /* row r of a 3-D tensor [n, ne1, n_expert] belongs to expert r / ne1 */
+        const float *im = t->imatrix ? t->imatrix + (r / t->ne[1]) * n : NULL;
+        const pl_status st = pl_quantize_rows(t->dtype, row, dst, 1, n, im);
+        if (st != PL_OK) atomic_store(&j->st, (int)st);
     }
 }
 
@@ -107,13 +128,18 @@ static pl_status fill_tensor(void *user, const char *name, void *dst, uint64_t s
     const synth_tensor *t = u->t;
     const int64_t rows = t->n_dims > 1 ? t->ne[1] * (t->n_dims > 2 ? t->ne[2] : 1) : 1;
     const int64_t pool = u->ctx->distinct_rows;
-    fill_job j = {t, dst, pl_dtype_row_size(t->dtype, t->ne[0]), u->ctx->bufs, pool > 0 && rows > pool ? pool : rows};
+    fill_job j = {t, dst, pl_dtype_row_size(t->dtype, t->ne[0]), u->ctx->bufs, pool > 0 && rows > pool ? pool : rows,
+                  PL_OK};
     pl_threadpool_run(u->ctx->pool, fill_rows, &j);
+    if (atomic_load(&j.st) != PL_OK)
+        return pl_errorf((pl_status)atomic_load(&j.st), "synth: cannot quantize %s to %s", name, pl_dtype_name(t->dtype));
     /* --distinct-rows P: rows past the first P are copies of pool rows picked
      * by a hash of (tensor, row), so a benchmark-sized file (30B-A3B: ~17 GiB
      * of Q4_K) is written at disk speed instead of an hour of quantizing.
      * The bytes are still the quantizer's output for random rows, and every
-     * row has its own address, so kernels read exactly as much memory. */
+     * row has its own address, so kernels read exactly as much memory. With
+     * --imatrix a pool row is quantized with its own expert's weights (the
+     * pool is the first P rows) and its copies may land in other experts. */
     for (int64_t r = j.rows; r < rows; r++) {
         const uint64_t pick = mix64(t->seed ^ ((uint64_t)r * 0xD1B54A32D192ED03ull)) % (uint64_t)j.rows;
         memcpy((char *)dst + (size_t)r * j.row_bytes, (char *)dst + (size_t)pick * j.row_bytes, j.row_bytes);
@@ -250,7 +276,8 @@ static void synth_add(void *user, const pl_tensor_decl *d, const char *name, con
 /* --type NAME_OF_A_FILE_TYPE (Q4_K_M, ...): each tensor gets the type the
  * quantizer's rules give it (quant/quantize_mix.h), written directly, so a
  * real-shape file never exists in f16 anywhere. */
-static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm, synth_tensor *ts, size_t n) {
+static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm, bool has_imatrix, synth_tensor *ts,
+                                 size_t n) {
     pl_mix_tensor *mt = calloc(n, sizeof *mt);
     if (!mt) return pl_errorf(PL_ERR_NO_MEMORY, "synth: out of memory");
     size_t k = 0;
@@ -264,7 +291,7 @@ static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm
         k++;
     }
     qsort(mt, k, sizeof *mt, pl_mix_compare);
-    pl_status st = pl_mix_plan(ft, mm, false, mt, (int64_t)k);
+    pl_status st = pl_mix_plan(ft, mm, has_imatrix, mt, (int64_t)k);
     for (size_t j = 0; j < k && st == PL_OK; j++)
         for (size_t i = 0; i < n; i++)
             if (ts[i].name == mt[j].name) ts[i].dtype = mt[j].target;
@@ -272,9 +299,45 @@ static pl_status synth_apply_mix(const pl_ftype_info *ft, const pl_mix_model *mm
     return st;
 }
 
+/* --imatrix: every tensor synth quantizes gets its entry, checked as
+ * llama-quantize checks it -- n_per_row * n_expert values, or an error
+ * (token_embd excepted: a wrong size there is ignored) -- and a type that
+ * cannot be made without one (pl_mix_requires_imatrix: IQ2_XXS, ...) refuses
+ * a tensor the imatrix has no entry for. */
+static pl_status synth_bind_imatrix(pl_imatrix *im, const char *path, synth_tensor *ts, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        synth_tensor *t = &ts[i];
+        if (t->values || t->dtype == PL_F32) continue;   /* norms, router, rope factors: written as f32 */
+        if (!pl_quantize_rows_supported(t->dtype) && !pl_can_quantize(t->dtype))
+            return pl_errorf(PL_ERR_UNSUPPORTED, "synth: no quantizer for type %s (needed for %s)",
+                             pl_dtype_name(t->dtype), t->name);
+        t->with_rows = pl_quantize_rows_supported(t->dtype);
+        const int64_t n_mat = t->n_dims > 2 ? t->ne[2] : 1;
+        int64_t nv = 0;
+        const float *v = pl_imatrix_weights(im, t->name, &nv);
+        if (v && nv == t->ne[0] * n_mat) {
+            for (int64_t k = 0; k < nv; k++)
+                if (!isfinite(v[k])) return pl_errorf(PL_ERR_FORMAT, "%s: imatrix contains non-finite values", path);
+            t->imatrix = v;
+        } else if (v && strcmp(t->name, "token_embd.weight"))
+            return pl_errorf(PL_ERR_INVALID_ARG,
+                             "%s: imatrix entry %s has %lld values, the tensor needs %lld (rows of %lld x %lld "
+                             "matrices): an imatrix of another shape",
+                             path, t->name, (long long)nv, (long long)(t->ne[0] * n_mat), (long long)t->ne[0],
+                             (long long)n_mat);
+        if (!t->imatrix && pl_mix_requires_imatrix(t->name, t->dtype))
+            return pl_errorf(PL_ERR_INVALID_ARG, "%s: the imatrix has no entry for %s, which type %s needs", path,
+                             t->name, pl_dtype_name(t->dtype));
+        if (t->with_rows && !t->imatrix && pl_quantize_needs_imatrix(t->dtype))
+            return pl_errorf(PL_ERR_INVALID_ARG, "%s: the imatrix has no entry for %s, which type %s needs", path,
+                             t->name, pl_dtype_name(t->dtype));
+    }
+    return PL_OK;
+}
+
 static int cmd_synth(int argc, char **argv) {
     const char *arch = "qwen3", *preset = NULL, *type = "f16", *out = NULL, *vocab = NULL, *v, *experts = NULL;
-    const char *rope_llama3 = NULL;
+    const char *rope_llama3 = NULL, *imatrix_path = NULL;
     long long seed = 1, threads = 0, window = 512, distinct_rows = 0;
     double softcap = 0;
     bool bad = false, untied = false;
@@ -292,6 +355,9 @@ static int cmd_synth(int argc, char **argv) {
                  "  qwen3moe: --experts X:K:Fx = expert_count:expert_used_count:expert_feed_forward_length\n"
                  "            (required with E:L:H:G:D:F); --preset 30b-a3b = Qwen3-30B-A3B (2048:48:32:4:128:6144,\n"
                  "            128:8:768, untied)\n"
+                 "  --imatrix F: quantize with the importance matrix F (llama.cpp's GGUF imatrix, e.g.\n"
+                 "    `pocketllm imatrix` on a file synth wrote with the same --seed), expert tensors per expert;\n"
+                 "    needed by IQ2_XXS, IQ2_XS, IQ1_S, IQ1_M and the other ladder types that need one\n"
                  "  --distinct-rows P: quantize only P random rows per matrix and repeat them (picked by a\n"
                  "    hash) -- for speed benchmarks of very large shapes; the file keeps its full size\n"
                  "  --rope-llama3 (llama only): write rope_freqs.weight, llama3's RoPE frequency factors\n"
@@ -305,6 +371,7 @@ static int cmd_synth(int argc, char **argv) {
         else if (pl_cli_opt(argc, argv, &i, "--vocab", &vocab, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--rope-llama3", &rope_llama3, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--experts", &experts, &bad)) {}
+        else if (pl_cli_opt(argc, argv, &i, "--imatrix", &imatrix_path, &bad)) {}
         else if (pl_cli_opt(argc, argv, &i, "--seed", &v, &bad)) {
             if (!bad && !pl_cli_parse_int(v, 0, INT64_MAX, &seed)) return pl_cli_error("bad --seed '%s'", v);
         } else if (pl_cli_opt(argc, argv, &i, "--distinct-rows", &v, &bad)) {
@@ -358,18 +425,26 @@ static int cmd_synth(int argc, char **argv) {
     if (!mix && (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1))
         mix = pl_ftype_find(type);
     if (mix) {
-        if (mix->needs_imatrix) return pl_cli_error("synth: unsupported --type '%s'", type);
+        if (mix->needs_imatrix && !imatrix_path)
+            return pl_cli_error("synth: --type %s needs --imatrix FILE (an importance matrix: pocketllm imatrix on a "
+                                "file synth wrote with the same --seed)", mix->name);
         wt = mix->base;
     } else if (!pl_dtype_from_name(type, &wt) || !pl_can_quantize(wt) || wt == PL_Q8_K || wt == PL_Q8_1)
         return pl_cli_error("synth: unsupported --type '%s'", type);
+    pl_imatrix *im = NULL;
+    if (imatrix_path && pl_imatrix_load(imatrix_path, &im) != PL_OK) return pl_cli_error("%s", pl_last_error());
 
     pl_gguf *vg = NULL;
-    if (pl_gguf_open(vocab, &vg) != PL_OK) return pl_cli_error("%s", pl_last_error());
+    if (pl_gguf_open(vocab, &vg) != PL_OK) {
+        pl_imatrix_free(im);
+        return pl_cli_error("%s", pl_last_error());
+    }
     uint64_t n_vocab = 0;
     pl_gguf_type et;
     const void *ad;
     if (pl_gguf_get_arr(vg, "tokenizer.ggml.tokens", &et, &n_vocab, &ad) != PL_OK) {
         pl_gguf_close(vg);
+        pl_imatrix_free(im);
         return pl_cli_error("synth: %s has no tokenizer.ggml.tokens", vocab);
     }
     const int64_t V = (int64_t)n_vocab;
@@ -393,6 +468,13 @@ static int cmd_synth(int argc, char **argv) {
         pl_gguf_str k = pl_gguf_kv_key(vg, i);
         if (k.len > 10 && !memcmp(k.ptr, "tokenizer.", 10)) pl_gguf_writer_copy_kv(w, vg, i);
     }
+    if (im) {   /* the keys llama-quantize records for its imatrix */
+        pl_gguf_writer_add_str(w, "quantize.imatrix.file", imatrix_path);
+        if (*pl_imatrix_dataset(im)) pl_gguf_writer_add_str(w, "quantize.imatrix.dataset", pl_imatrix_dataset(im));
+        pl_gguf_writer_add_u32(w, "quantize.imatrix.entries_count", (uint32_t)pl_imatrix_n_entries(im));
+        if (pl_imatrix_chunk_count(im) > 0)
+            pl_gguf_writer_add_u32(w, "quantize.imatrix.chunks_count", pl_imatrix_chunk_count(im));
+    }
 
     /* Tensor list in llama.cpp's converter order, from the architecture's table. */
     size_t cap = 0;
@@ -414,7 +496,11 @@ static int cmd_synth(int argc, char **argv) {
     int rc = 0;
     if (mix) {
         const pl_mix_model mm = {d.n_layer, d.n_head, d.n_head_kv, hp.n_expert};
-        if (synth_apply_mix(mix, &mm, ts, n) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+        if (synth_apply_mix(mix, &mm, im != NULL, ts, n) != PL_OK) { rc = pl_cli_error("%s", pl_last_error()); goto done; }
+    }
+    if (im && synth_bind_imatrix(im, imatrix_path, ts, n) != PL_OK) {
+        rc = pl_cli_error("%s", pl_last_error());
+        goto done;
     }
     int64_t max_row = 1;   /* the longest row of any tensor (ne[0]) */
     for (size_t i = 0; i < n; i++)
@@ -444,6 +530,7 @@ done:
     free(rope_factors);
     pl_gguf_writer_free(w);
     pl_gguf_close(vg);
+    pl_imatrix_free(im);
     return rc;
 }
 

@@ -4,7 +4,10 @@
  * weight is a "blk.*" tensor (or output.weight on request) and whose input
  * has at least 16 rows (llama.cpp's rules), the squared input activations are
  * added per column into that weight's entry. Written with pl_imatrix_write
- * in llama.cpp's GGUF imatrix format.
+ * in llama.cpp's GGUF imatrix format. After every expert-indexed matmul
+ * (matmul_id: ffn_*_exps, any batch size, as llama.cpp), each routed
+ * (slot, token) row is added to its expert's sums and count: such an entry is
+ * in_sum2 [n_cols, n_expert], counts [1, n_expert].
  */
 #ifndef PL_TOOLS_IMATRIX_COLLECT_H
 #define PL_TOOLS_IMATRIX_COLLECT_H
