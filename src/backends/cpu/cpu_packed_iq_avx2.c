@@ -154,10 +154,121 @@ PL_IQX_AI void pl_iq2xxsx_tile(int64_t nb, const uint8_t *codes, const uint16_t 
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
 }
 
-PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+/* ---- iq2_xxs, one activation row (decode): in-register grid lookups instead of gathers ---------
+ * At M = 1 nothing amortizes a gather (8 loads per 64 weights), so the grid is looked up in
+ * registers. Every iq2 grid value is one of 3 levels (0x08, 0x19, 0x2b), so an entry is 8 two-bit
+ * level codes: pl_iqx_iq2xxs_lv[256] holds weights 0-3 of entry i (byte i) and [256 + i] weights
+ * 4-7, four zmm each; vpermi2b looks up 128 of them, the index's bit 7 picks the half.
+ * Sub-block s (4 groups x 16 rows = 64 index bytes, byte 16 l + r) is first put in the order
+ * pl_iqx_xxs_arr: byte 8 i + 2 X + e = (row 2 i + e, group X), so qword i holds rows 2i, 2i + 1
+ * of all 4 groups. For group X and half h (weights 4h .. 4h + 3), vpmultishiftqb picks from each
+ * qword the two rows' 4 level codes into 8 bytes (bytes 0-3: row 2i, 4-7: row 2i + 1), vpermb
+ * maps a level to its value, vpshufbitqmb picks the same bits' signs from the sign bytes put in
+ * the same order, and vpdpbusd with the 4 q8 codes broadcast to every dword adds row r's
+ * products into dword r: after 8 steps dword r = row r's exact sum over the sub-block. Scales,
+ * the sign parity and the float step are the gather kernel's, so the result is the same bit for
+ * bit (test_cpu_backend: batched == one row). */
+uint8_t pl_iqx_iq2xxs_lv[512];   /* filled by the first pl_iq2xxsx_pack_panel */
+
+static const uint8_t pl_iqx_xxs_arr[64] = {
+    0,  1,  16, 17, 32, 33, 48, 49, 2,  3,  18, 19, 34, 35, 50, 51, 4,  5,  20, 21, 36, 37,
+    52, 53, 6,  7,  22, 23, 38, 39, 54, 55, 8,  9,  24, 25, 40, 41, 56, 57, 10, 11, 26, 27,
+    42, 43, 58, 59, 12, 13, 28, 29, 44, 45, 60, 61, 14, 15, 30, 31, 46, 47, 62, 63};
+
+/* byte k of every qword: level code w = k & 3 of the row byte 2X + (k >> 2): bit 8 (2X + (k >> 2)) + 2w */
+PL_IQX_AI __m512i pl_iqx_lv_ctrl(int X) {
+    const uint64_t b0 = 16 * X, b1 = 16 * X + 8;
+    return _mm512_set1_epi64((int64_t)(b0 | (b0 + 2) << 8 | (b0 + 4) << 16 | (b0 + 6) << 24 | b1 << 32 | (b1 + 2) << 40 |
+                                       (b1 + 4) << 48 | (b1 + 6) << 56));
+}
+
+/* the sign bits of the same weights: bit 8 (2X + (k >> 2)) + 4h + (k & 3) */
+PL_IQX_AI __m512i pl_iqx_sg_ctrl(int X, int h) {
+    const uint64_t b0 = 16 * X + 4 * h, b1 = 16 * X + 8 + 4 * h;
+    return _mm512_set1_epi64((int64_t)(b0 | (b0 + 1) << 8 | (b0 + 2) << 16 | (b0 + 3) << 24 | b1 << 32 | (b1 + 1) << 40 |
+                                       (b1 + 2) << 48 | (b1 + 3) << 56));
+}
+
+PL_IQX_AI __m512i pl_iqx_lv_lookup(__m512i x, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), _mm512_permutex2var_epi8(t0, x, t1), _mm512_permutex2var_epi8(t2, x, t3));
+}
+
+#define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
+#define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
+PL_IQX_DEC_AI void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                 __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_xxs_arr);
+    const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
+    const __m512i lo1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 64));
+    const __m512i lo2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 128));
+    const __m512i lo3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 192));
+    const __m512i hi0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 256));
+    const __m512i hi1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 320));
+    const __m512i hi2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 384));
+    const __m512i hi3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 448));
+    /* level -> value from the low 2 bits b0, b1 of a byte (the rest ignored): 8 ^ 17 b0 ^ 35 b1 is
+     * 0x08, 0x19, 0x2b for levels 0, 1, 2, a GF(2) affine map (vgf2p8affineqb runs beside the
+     * shuffles, not on their port) */
+    const __m512i vmap = _mm512_set1_epi64(0x0302000001020000LL);
+    const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        const int8_t *q8 = y[b].b.qs;
+        __m512i bsum = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(idx + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            const __m512i v = _mm512_loadu_si512((const void *)(sg + 64 * s));
+            /* bits 0-6 kept, bit 7 = their parity (the scale bit dropped): one GF(2) affine map */
+            const __m512i full = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x010204081020407FLL), 0);
+            const __m512i sga = _mm512_permutexvar_epi8(arr, full);
+            const __m512i lb = _mm512_srlv_epi16(_mm512_and_si512(v, _mm512_set1_epi8((char)0x80)), lsh);
+            const __m128i ls = _mm_or_si128(_mm_or_si128(_mm512_castsi512_si128(lb), _mm512_extracti32x4_epi32(lb, 1)),
+                                            _mm_or_si128(_mm512_extracti32x4_epi32(lb, 2), _mm512_extracti32x4_epi32(lb, 3)));
+            const __m512i ls32 = _mm512_cvtepu8_epi32(ls);
+            const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(ls32, ls32), _mm512_set1_epi32(1));
+            const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
+            const __m512i lvlo = pl_iqx_lv_lookup(x, lo0, lo1, lo2, lo3), lvhi = pl_iqx_lv_lookup(x, hi0, hi1, hi2, hi3);
+            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int X = 0; X < 4; X++) {
+                const int g = 4 * s + X;
+                PL_UNROLL
+                for (int h = 0; h < 2; h++) {
+                    const __m512i w = _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(pl_iqx_lv_ctrl(X), h ? lvhi : lvlo), vmap, 8);
+                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(sga, pl_iqx_sg_ctrl(X, h));
+                    int32_t qa;
+                    memcpy(&qa, q8 + 8 * g + 4 * h, 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    if (h) acc1 = _mm512_dpbusd_epi32(acc1, w, aq);
+                    else acc0 = _mm512_dpbusd_epi32(acc0, w, aq);
+                }
+            }
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc0, acc1), sc));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+/* PL_CPU_IQDEC=0: one activation row takes the gather tile too (before/after runs); the one-row
+ * kernels also need GFNI */
+static bool pl_iqx_dec_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("gfni") && pl_cpu_switch("PL_CPU_IQDEC");
+    return cached;
+}
+
+PL_IQX_DEC_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                          size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xxsx_panel_bytes(K);
+    const bool dec = pl_iqx_dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XXSX_CODES);
@@ -167,6 +278,10 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq2xxsx_panel1(nb, codes, dv, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
                 case 3: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
