@@ -367,10 +367,84 @@ PL_IQX_AI void pl_iq2xsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
 }
 
-PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+/* ---- iq2_xs, one activation row: the iq2_xxs one-row scheme with a 9-bit index --------------
+ * pl_iqx_iq2xs_lv: the 512 entries' level codes (weights 0-3 at [i], 4-7 at [512 + i]), 8 zmm a
+ * half: four vpermi2b, the index's bit 7 and bit 8 pick. The u16 codes of a sub-block (two zmm,
+ * u16 16 l + r) give the arranged low bytes (index bits 0-7) and high bytes (bit 0: index bit
+ * 8, bits 1-7: the sign index) by one vpermt2b each; the scales are per 16 weights, so groups
+ * 0, 1 and 2, 3 of a sub-block have their own sum and multiplier, as in the gather kernel. */
+uint8_t pl_iqx_iq2xs_lv[1024];   /* filled by the first pl_iq2xsx_pack_panel */
+
+PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const uint8_t *t) {
+    const __m512i t0 = _mm512_loadu_si512((const void *)t), t1 = _mm512_loadu_si512((const void *)(t + 64));
+    const __m512i t2 = _mm512_loadu_si512((const void *)(t + 128)), t3 = _mm512_loadu_si512((const void *)(t + 192));
+    const __m512i t4 = _mm512_loadu_si512((const void *)(t + 256)), t5 = _mm512_loadu_si512((const void *)(t + 320));
+    const __m512i t6 = _mm512_loadu_si512((const void *)(t + 384)), t7 = _mm512_loadu_si512((const void *)(t + 448));
+    const __m512i a = _mm512_mask_blend_epi8(k7, _mm512_permutex2var_epi8(t0, x, t1), _mm512_permutex2var_epi8(t2, x, t3));
+    const __m512i b = _mm512_mask_blend_epi8(k7, _mm512_permutex2var_epi8(t4, x, t5), _mm512_permutex2var_epi8(t6, x, t7));
+    return _mm512_mask_blend_epi8(k8, a, b);
+}
+
+PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                    __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_xxs_arr);
+    /* u16 p of the pair (v01, v23) is bytes 2p, 2p + 1 of their concatenation */
+    const __m512i arr_lo = _mm512_add_epi8(arr, arr), arr_hi = _mm512_add_epi8(arr_lo, _mm512_set1_epi8(1));
+    const __m512i vmap = _mm512_set1_epi64(0x0302000001020000LL);
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
+        const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
+        const int8_t *q8 = y[b].b.qs;
+        __m512i bsum = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 * s + 32) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
+            const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
+            const __m512i xl = _mm512_permutex2var_epi8(v01, arr_lo, v23), xh = _mm512_permutex2var_epi8(v01, arr_hi, v23);
+            /* bits 1-7 of xh to bits 0-6, bit 7 = their parity */
+            const __m512i sga = _mm512_gf2p8affine_epi64_epi8(xh, _mm512_set1_epi64(0x02040810204080FELL), 0);
+            const __mmask64 k7 = _mm512_movepi8_mask(xl), k8 = _mm512_movepi8_mask(_mm512_slli_epi16(xh, 7));
+            const __m512i lvlo = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv);
+            const __m512i lvhi = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv + 512);
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
+            const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
+            const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
+            const __m512i m1 = _mm512_add_epi32(_mm512_add_epi32(s1, s1), _mm512_set1_epi32(1));
+            __m512i acc[2][2];
+            acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int X = 0; X < 4; X++) {
+                const int g = 4 * s + X;
+                PL_UNROLL
+                for (int h = 0; h < 2; h++) {
+                    const __m512i w = _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(pl_iqx_lv_ctrl(X), h ? lvhi : lvlo), vmap, 8);
+                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(sga, pl_iqx_sg_ctrl(X, h));
+                    int32_t qa;
+                    memcpy(&qa, q8 + 8 * g + 4 * h, 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    acc[X >> 1][h] = _mm512_dpbusd_epi32(acc[X >> 1][h], w, aq);
+                }
+            }
+            bsum = _mm512_add_epi32(bsum, _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(acc[0][0], acc[0][1]), m0),
+                                                           _mm512_mullo_epi32(_mm512_add_epi32(acc[1][0], acc[1][1]), m1)));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+PL_IQX_DEC_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xsx_panel_bytes(K);
+    const bool dec = pl_iqx_dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XSX_CODES);
@@ -380,6 +454,10 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq2xsx_panel1(nb, codes, dv, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
                 case 3: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
