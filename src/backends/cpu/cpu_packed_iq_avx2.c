@@ -159,45 +159,59 @@ PL_IQX_AI void pl_iq2xxsx_tile(int64_t nb, const uint8_t *codes, const uint16_t 
  * registers. Every iq2 grid value is one of 3 levels (0x08, 0x19, 0x2b), so an entry is 8 two-bit
  * level codes: pl_iqx_iq2xxs_lv[256] holds weights 0-3 of entry i (byte i) and [256 + i] weights
  * 4-7, four zmm each; vpermi2b looks up 128 of them, the index's bit 7 picks the half.
- * Sub-block s (4 groups x 16 rows = 64 index bytes, byte 16 l + r) is first put in the order
- * pl_iqx_xxs_arr: byte 8 i + 2 X + e = (row 2 i + e, group X), so qword i holds rows 2i, 2i + 1
- * of all 4 groups. For group X and half h (weights 4h .. 4h + 3), vpmultishiftqb picks from each
- * qword the two rows' 4 level codes into 8 bytes (bytes 0-3: row 2i, 4-7: row 2i + 1), vpermb
- * maps a level to its value, vpshufbitqmb picks the same bits' signs from the sign bytes put in
- * the same order, and vpdpbusd with the 4 q8 codes broadcast to every dword adds row r's
- * products into dword r: after 8 steps dword r = row r's exact sum over the sub-block. Scales,
- * the sign parity and the float step are the gather kernel's, so the result is the same bit for
- * bit (test_cpu_backend: batched == one row). */
+ * Sub-block s (4 groups x 16 rows = 64 index bytes, byte 16 X + r) is first put in the order
+ * pl_iqx_arr4: byte 4 r + X = (row r, group X), and looked up: lvlo / lvhi. Weight 4h + w of all
+ * 64 (row, group) pairs is then one vgf2p8affineqb of lvh: level bits 2w, 2w + 1 -> value is the
+ * GF(2) affine map 8 ^ 17 b0 ^ 35 b1 (0x08, 0x19, 0x2b). Its signs are bit 4h + w of the sign
+ * bytes in the same order (vptestmb), negating the activations, and the activations are the q8
+ * codes of the block transposed once (pl_iqx_qt_xxs: dword 4h + w of sub-block s = weight 4h + w
+ * of groups 0-3), one broadcast dword: vpdpbusd adds row r's products into dword r. After the 8
+ * weights dword r = row r's exact sum over the sub-block. The scale's 4 bits (bit 7 of the sign
+ * bytes, same order) become 2 ls + 1 by one more vpdpbusd. Integer sums are exact, the float step
+ * is the gather kernel's, so the result is the same bit for bit (test_cpu_backend: batched == one
+ * row). Per 64 weights: one affine map, one mask, one masked negate, one vpdpbusd. */
 uint8_t pl_iqx_iq2xxs_lv[512];   /* filled by the first pl_iq2xxsx_pack_panel */
 
-static const uint8_t pl_iqx_xxs_arr[64] = {
-    0,  1,  16, 17, 32, 33, 48, 49, 2,  3,  18, 19, 34, 35, 50, 51, 4,  5,  20, 21, 36, 37,
-    52, 53, 6,  7,  22, 23, 38, 39, 54, 55, 8,  9,  24, 25, 40, 41, 56, 57, 10, 11, 26, 27,
-    42, 43, 58, 59, 12, 13, 28, 29, 44, 45, 60, 61, 14, 15, 30, 31, 46, 47, 62, 63};
+static const uint8_t pl_iqx_arr4[64] = {
+    0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38,
+    54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13,
+    29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+static const uint8_t pl_iqx_qt_xxs[64] = {
+    0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22,
+    30, 7, 15, 23, 31, 32, 40, 48, 56, 33, 41, 49, 57, 34, 42, 50, 58, 35, 43, 51, 59, 36, 44, 52, 60,
+    37, 45, 53, 61, 38, 46, 54, 62, 39, 47, 55, 63};
+static const uint8_t pl_iqx_qt_xs[64] = {
+    0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15, 16, 24, 20, 28, 17, 25, 21, 29, 18, 26, 22,
+    30, 19, 27, 23, 31, 32, 40, 36, 44, 33, 41, 37, 45, 34, 42, 38, 46, 35, 43, 39, 47, 48, 56, 52, 60,
+    49, 57, 53, 61, 50, 58, 54, 62, 51, 59, 55, 63};
+static const uint8_t pl_iqx_xs_sel[2][64] = {{0, 1, 64, 65, 4, 5, 68, 69, 8, 9, 72, 73, 12, 13, 76, 77, 16, 17, 80, 81, 20, 21, 84, 85, 24, 25, 88, 89, 28, 29, 92, 93, 32, 33, 96, 97, 36, 37, 100, 101, 40, 41, 104, 105, 44, 45, 108, 109, 48, 49, 112, 113, 52, 53, 116, 117, 56, 57, 120, 121, 60, 61, 124, 125},
+    {2, 3, 66, 67, 6, 7, 70, 71, 10, 11, 74, 75, 14, 15, 78, 79, 18, 19, 82, 83, 22, 23, 86, 87, 26, 27, 90, 91, 30, 31, 94, 95, 34, 35, 98, 99, 38, 39, 102, 103, 42, 43, 106, 107, 46, 47, 110, 111, 50, 51, 114, 115, 54, 55, 118, 119, 58, 59, 122, 123, 62, 63, 126, 127}};
+static const uint8_t pl_iqx_xs_sgc[2][64] = {{0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44},
+    {16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60}};
 
-/* byte k of every qword: level code w = k & 3 of the row byte 2X + (k >> 2): bit 8 (2X + (k >> 2)) + 2w */
-PL_IQX_AI __m512i pl_iqx_lv_ctrl(int X) {
-    const uint64_t b0 = 16 * X, b1 = 16 * X + 8;
-    return _mm512_set1_epi64((int64_t)(b0 | (b0 + 2) << 8 | (b0 + 4) << 16 | (b0 + 6) << 24 | b1 << 32 | (b1 + 2) << 40 |
-                                       (b1 + 4) << 48 | (b1 + 6) << 56));
-}
-
-/* the sign bits of the same weights: bit 8 (2X + (k >> 2)) + 4h + (k & 3) */
-PL_IQX_AI __m512i pl_iqx_sg_ctrl(int X, int h) {
-    const uint64_t b0 = 16 * X + 4 * h, b1 = 16 * X + 8 + 4 * h;
-    return _mm512_set1_epi64((int64_t)(b0 | (b0 + 1) << 8 | (b0 + 2) << 16 | (b0 + 3) << 24 | b1 << 32 | (b1 + 1) << 40 |
-                                       (b1 + 2) << 48 | (b1 + 3) << 56));
+/* the GF(2) affine matrix taking level bits 2w, 2w + 1 of a byte to 17 b0 ^ 35 b1 (add 8 as the
+ * constant): row i of the map is byte 7 - i */
+PL_IQX_AI __m512i pl_iqx_lv_map(int w) {
+    const uint64_t b0 = 1u << (2 * w), b1 = 2u << (2 * w);
+    return _mm512_set1_epi64((int64_t)((b0 | b1) << 56 | b1 << 48 | b0 << 24 | b1 << 16));
 }
 
 PL_IQX_AI __m512i pl_iqx_lv_lookup(__m512i x, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
     return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), _mm512_permutex2var_epi8(t0, x, t1), _mm512_permutex2var_epi8(t2, x, t3));
 }
 
+/* The q8 codes of block b transposed by qt (4 x 2 sub-blocks) into buf[256]. */
+PL_IQX_AI void pl_iqx_q8_transpose(const int8_t *q8, __m512i qt, int8_t *buf) {
+    PL_UNROLL
+    for (int t = 0; t < 4; t++)
+        _mm512_store_si512((void *)(buf + 64 * t), _mm512_permutexvar_epi8(qt, _mm512_loadu_si512((const void *)(q8 + 64 * t))));
+}
+
 #define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
 #define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
 PL_IQX_DEC_AI void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
-                                 __mmask16 mk) {
-    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_xxs_arr);
+                                     __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
     const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
     const __m512i lo1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 64));
     const __m512i lo2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 128));
@@ -206,48 +220,39 @@ PL_IQX_DEC_AI void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uin
     const __m512i hi1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 320));
     const __m512i hi2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 384));
     const __m512i hi3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 448));
-    /* level -> value from the low 2 bits b0, b1 of a byte (the rest ignored): 8 ^ 17 b0 ^ 35 b1 is
-     * 0x08, 0x19, 0x2b for levels 0, 1, 2, a GF(2) affine map (vgf2p8affineqb runs beside the
-     * shuffles, not on their port) */
-    const __m512i vmap = _mm512_set1_epi64(0x0302000001020000LL);
-    const __m512i lsh = _mm512_loadu_si512((const void *)pl_iqx_lsh);
+    __attribute__((aligned(64))) int8_t qtb[256];
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
-        const int8_t *q8 = y[b].b.qs;
+        pl_iqx_q8_transpose(y[b].b.qs, qt, qtb);
         __m512i bsum = _mm512_setzero_si512();
         PL_UNROLL
         for (int s = 0; s < 8; s++) {
             _mm_prefetch((const char *)(idx + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
             _mm_prefetch((const char *)(sg + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
-            const __m512i v = _mm512_loadu_si512((const void *)(sg + 64 * s));
+            const __m512i v = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(sg + 64 * s)));
             /* bits 0-6 kept, bit 7 = their parity (the scale bit dropped): one GF(2) affine map */
             const __m512i full = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x010204081020407FLL), 0);
-            const __m512i sga = _mm512_permutexvar_epi8(arr, full);
-            const __m512i lb = _mm512_srlv_epi16(_mm512_and_si512(v, _mm512_set1_epi8((char)0x80)), lsh);
-            const __m128i ls = _mm_or_si128(_mm_or_si128(_mm512_castsi512_si128(lb), _mm512_extracti32x4_epi32(lb, 1)),
-                                            _mm_or_si128(_mm512_extracti32x4_epi32(lb, 2), _mm512_extracti32x4_epi32(lb, 3)));
-            const __m512i ls32 = _mm512_cvtepu8_epi32(ls);
-            const __m512i sc = _mm512_add_epi32(_mm512_add_epi32(ls32, ls32), _mm512_set1_epi32(1));
+            /* scale bit l of row r (bit 7 of byte 4 r + l) -> 0/1, then 1 + sum 2^(l + 1) bit */
+            const __m512i sbit = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((int64_t)0x8000000000000000ULL), 0);
+            const __m512i sc = _mm512_dpbusd_epi32(_mm512_set1_epi32(1), sbit, _mm512_set1_epi32(0x10080402));
             const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
-            const __m512i lvlo = pl_iqx_lv_lookup(x, lo0, lo1, lo2, lo3), lvhi = pl_iqx_lv_lookup(x, hi0, hi1, hi2, hi3);
-            __m512i acc0 = _mm512_setzero_si512(), acc1 = _mm512_setzero_si512();
+            const __m512i lv[2] = {pl_iqx_lv_lookup(x, lo0, lo1, lo2, lo3), pl_iqx_lv_lookup(x, hi0, hi1, hi2, hi3)};
+            __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
             PL_UNROLL
-            for (int X = 0; X < 4; X++) {
-                const int g = 4 * s + X;
+            for (int h = 0; h < 2; h++) {
                 PL_UNROLL
-                for (int h = 0; h < 2; h++) {
-                    const __m512i w = _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(pl_iqx_lv_ctrl(X), h ? lvhi : lvlo), vmap, 8);
-                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(sga, pl_iqx_sg_ctrl(X, h));
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
+                    const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
                     int32_t qa;
-                    memcpy(&qa, q8 + 8 * g + 4 * h, 4);
+                    memcpy(&qa, qtb + 32 * s + 4 * (4 * h + w), 4);
                     const __m512i a = _mm512_set1_epi32(qa);
                     const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-                    if (h) acc1 = _mm512_dpbusd_epi32(acc1, w, aq);
-                    else acc0 = _mm512_dpbusd_epi32(acc0, w, aq);
+                    acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
                 }
             }
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc0, acc1), sc));
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc));
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
         const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
@@ -370,9 +375,11 @@ PL_IQX_AI void pl_iq2xsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *
 /* ---- iq2_xs, one activation row: the iq2_xxs one-row scheme with a 9-bit index --------------
  * pl_iqx_iq2xs_lv: the 512 entries' level codes (weights 0-3 at [i], 4-7 at [512 + i]), 8 zmm a
  * half: four vpermi2b, the index's bit 7 and bit 8 pick. The u16 codes of a sub-block (two zmm,
- * u16 16 l + r) give the arranged low bytes (index bits 0-7) and high bytes (bit 0: index bit
- * 8, bits 1-7: the sign index) by one vpermt2b each; the scales are per 16 weights, so groups
- * 0, 1 and 2, 3 of a sub-block have their own sum and multiplier, as in the gather kernel. */
+ * u16 16 X + r) give the low bytes (index bits 0-7) and high bytes (bit 0: index bit 8, bits 1-7:
+ * the sign index) in the order 4 r + X by one vpermt2b each. The scales are per 16 weights
+ * (groups 0, 1 and 2, 3 of a sub-block), so a dword must hold one pair's weights only: C_P
+ * (pl_iqx_xs_sel) has byte 4 r + 2 h + X = lv_h of (row r, group 2P + X), and one affine map of
+ * it gives weights w and 4 + w of both groups; pl_iqx_qt_xs transposes the q8 codes to match. */
 uint8_t pl_iqx_iq2xs_lv[1024];   /* filled by the first pl_iq2xsx_pack_panel */
 
 PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const uint8_t *t) {
@@ -387,17 +394,19 @@ PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const
 
 PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
                                     __mmask16 mk) {
-    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_xxs_arr);
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs);
     /* u16 p of the pair (v01, v23) is bytes 2p, 2p + 1 of their concatenation */
     const __m512i arr_lo = _mm512_add_epi8(arr, arr), arr_hi = _mm512_add_epi8(arr_lo, _mm512_set1_epi8(1));
-    const __m512i vmap = _mm512_set1_epi64(0x0302000001020000LL);
+    const __m512i sel0 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[0]), sel1 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[1]);
+    const __m512i sgc0 = _mm512_loadu_si512((const void *)pl_iqx_xs_sgc[0]), sgc1 = _mm512_loadu_si512((const void *)pl_iqx_xs_sgc[1]);
+    __attribute__((aligned(64))) int8_t qtb[256];
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
         const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
-        const int8_t *q8 = y[b].b.qs;
+        pl_iqx_q8_transpose(y[b].b.qs, qt, qtb);
         __m512i bsum = _mm512_setzero_si512();
-        PL_UNROLL
+        _Pragma("GCC unroll 1")
         for (int s = 0; s < 8; s++) {
             _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
             _mm_prefetch((const char *)(q + 64 * s + 32) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
@@ -406,10 +415,11 @@ PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint
             const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
             const __m512i xl = _mm512_permutex2var_epi8(v01, arr_lo, v23), xh = _mm512_permutex2var_epi8(v01, arr_hi, v23);
             /* bits 1-7 of xh to bits 0-6, bit 7 = their parity */
-            const __m512i sga = _mm512_gf2p8affine_epi64_epi8(xh, _mm512_set1_epi64(0x02040810204080FELL), 0);
+            const __m512i full = _mm512_gf2p8affine_epi64_epi8(xh, _mm512_set1_epi64(0x02040810204080FELL), 0);
             const __mmask64 k7 = _mm512_movepi8_mask(xl), k8 = _mm512_movepi8_mask(_mm512_slli_epi16(xh, 7));
             const __m512i lvlo = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv);
             const __m512i lvhi = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv + 512);
+            const __m512i cp[2] = {_mm512_permutex2var_epi8(lvlo, sel0, lvhi), _mm512_permutex2var_epi8(lvlo, sel1, lvhi)};
             const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
             const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
             const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
@@ -417,17 +427,18 @@ PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint
             __m512i acc[2][2];
             acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm512_setzero_si512();
             PL_UNROLL
-            for (int X = 0; X < 4; X++) {
-                const int g = 4 * s + X;
+            for (int P = 0; P < 2; P++) {
                 PL_UNROLL
-                for (int h = 0; h < 2; h++) {
-                    const __m512i w = _mm512_gf2p8affine_epi64_epi8(_mm512_multishift_epi64_epi8(pl_iqx_lv_ctrl(X), h ? lvhi : lvlo), vmap, 8);
-                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(sga, pl_iqx_sg_ctrl(X, h));
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(cp[P], pl_iqx_lv_map(w), 8);
+                    /* the sign of weight 4 h + w of (row r, group 2P + X): bit 4 h + w of its sign byte,
+                     * byte 4 r + 2P + X of full, the same qword */
+                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(full, _mm512_add_epi8(P ? sgc1 : sgc0, _mm512_set1_epi8((char)w)));
                     int32_t qa;
-                    memcpy(&qa, q8 + 8 * g + 4 * h, 4);
+                    memcpy(&qa, qtb + 32 * s + 4 * (4 * P + w), 4);
                     const __m512i a = _mm512_set1_epi32(qa);
                     const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-                    acc[X >> 1][h] = _mm512_dpbusd_epi32(acc[X >> 1][h], w, aq);
+                    acc[P][w & 1] = _mm512_dpbusd_epi32(acc[P][w & 1], wv, aq);
                 }
             }
             bsum = _mm512_add_epi32(bsum, _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(acc[0][0], acc[0][1]), m0),
