@@ -208,8 +208,9 @@ PL_IQX_AI void pl_iqx_q8_transpose(const int8_t *q8, __m512i qt, int8_t *buf) {
 }
 
 #define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
-#define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
-PL_IQX_DEC_AI void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+/* not inlined: the gemm entry points keep PL_IQX_T, so nothing GFNI runs on a CPU without it */
+#define PL_IQX_DEC_F static __attribute__((noinline)) PL_IQX_DEC_T
+PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
                                      __mmask16 mk) {
     const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
     const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
@@ -269,7 +270,7 @@ static bool pl_iqx_dec_enabled(void) {
     return cached;
 }
 
-PL_IQX_DEC_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                          size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xxsx_panel_bytes(K);
@@ -392,7 +393,7 @@ PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const
     return _mm512_mask_blend_epi8(k8, a, b);
 }
 
-PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+PL_IQX_DEC_F void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
                                     __mmask16 mk) {
     const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs);
     /* u16 p of the pair (v01, v23) is bytes 2p, 2p + 1 of their concatenation */
@@ -451,7 +452,7 @@ PL_IQX_DEC_AI void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
 }
 
-PL_IQX_DEC_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
+PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xsx_panel_bytes(K);
