@@ -603,6 +603,58 @@ static void test_ladder_iq_tiles(void) {
  * as its own weight, cpu_repack.c): against ref, against the same context
  * without preparation, one token at a time == the batch bit for bit (tokens
  * grouped by expert must not change a token's numbers), ids checked. */
+/* The one-activation-row (decode) kernels of the prepared IQ2 weights (in-register grid lookups,
+ * cpu_packed_iq_avx2.c) against the batched ones (gathers, 4 rows a tile) bit for bit, and both
+ * against ref: random blocks, so every grid index (iq2_xxs bit 7, iq2_xs bits 7 and 8 pick the
+ * table quarter), every sign pattern and scale is reached; a padded last panel (N % 16 == 8). */
+static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) {
+    pl_rng r = {(uint64_t)dt * 31337 + (uint64_t)K};
+    const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
+    char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < K / QK_K; b++) pl_random_block(&r, dt, (unsigned char *)wq + n * row + b * pl_dtype_get(dt)->type_size);
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+    const int64_t M = 5;   /* one tile of 4, then one row alone */
+    float *x = malloc((size_t)(K * M) * sizeof(float));
+    pl_fill_normal(&r, x, K * M, 1.0f);
+    float *y_ref = malloc((size_t)(N * M) * 4), *y_prep = malloc((size_t)(N * M) * 4), *y_one = malloc((size_t)N * 4);
+    pl_tensor tx, ty;
+    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_ref);
+    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
+    CHECK(run_ref(&nd) == PL_OK, "ref matmul %s", pl_dtype_name(dt));
+    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
+    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
+        printf("prepared %s one row: no prepared layout here (skipped)\n", pl_dtype_name(dt));
+    } else {
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare %s", pl_dtype_name(dt));
+        pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_prep);
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared cpu matmul");
+        const double e = pl_nmse(y_prep, y_ref, N * M);
+        CHECK(e < 5e-4, "%s K=%lld: prepared vs ref nmse %g", pl_dtype_name(dt), (long long)K, e);
+        int same = 0;
+        double worst = 0;
+        for (int64_t m = 0; m < M; m++) {
+            pl_tensor x1, y1;
+            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
+            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "prepared matmul, one row");
+            same += memcmp(y_one, y_prep + m * N, (size_t)N * 4) == 0;
+            const double em = pl_nmse(y_one, y_ref + m * N, N);
+            if (!(em <= worst)) worst = em;   /* NaN sticks */
+        }
+        CHECK(same == M, "%s K=%lld N=%lld: one row == batched bit for bit (%d of %lld rows)", pl_dtype_name(dt),
+              (long long)K, (long long)N, same, (long long)M);
+        CHECK(worst < 5e-4, "%s K=%lld: one row vs ref nmse %g", pl_dtype_name(dt), (long long)K, worst);
+    }
+    cpu_ctx_free(prep);
+    free(wq); free(x); free(y_ref); free(y_prep); free(y_one);
+}
+
 static void test_prepared_matmul_id(pl_dtype dt, int64_t K, int64_t N, int64_t X, int64_t k) {
     pl_rng r = {(uint64_t)dt * 104729 + (uint64_t)K + (uint64_t)X};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)(N * X);
@@ -718,6 +770,8 @@ int main(void) {
     test_prepared_matmul(PL_IQ2_XXS, 768, 40);  /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ2_XS, 1024, 64);
     test_prepared_matmul(PL_IQ2_XS, 1280, 136);  /* an odd block count, a padded last panel */
+    test_prepared_iq_one_row(PL_IQ2_XXS, 1280, 40);
+    test_prepared_iq_one_row(PL_IQ2_XS, 768, 40);
     test_prepared_matmul(PL_IQ1_S, 1024, 64);
     test_prepared_matmul(PL_IQ1_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ1_M, 1024, 64);

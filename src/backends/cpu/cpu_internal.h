@@ -462,6 +462,13 @@ void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p
                               int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
 
+/* The iq2_xxs grid as 2-bit levels for the one-row kernels (cpu_packed_iq_avx2.c): byte i =
+ * weights 0-3 of entry i, byte 256 + i = weights 4-7; filled by the first pl_iq2xxsx_pack_panel. */
+#if PL_CPU_HAVE_AVX2_BUILD
+extern uint8_t pl_iqx_iq2xxs_lv[512];
+extern uint8_t pl_iqx_iq2xs_lv[1024];   /* iq2_xs's: [i] and [512 + i], by pl_iq2xsx_pack_panel */
+#endif
+
 /* ---- op entry points (one per table entry family) ----------------------------*/
 
 pl_status pl_cpu_op_matmul(pl_exec_ctx *ctx, const pl_node *node);

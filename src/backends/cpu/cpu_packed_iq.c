@@ -20,7 +20,31 @@ static inline uint32_t iqx_rd_u32(const uint8_t *b) {
 /* Sub-block s (32 weights) of an iq2_xxs block is 8 bytes of qs: 4 grid
  * indices (groups 4s + l of 8 weights), then a u32 of 4 x 7 sign-index bits
  * (group l at bit 7l) and the scale ls in bits 28-31. */
+/* pl_iqx_iq2xxs_lv (cpu_packed_iq_avx2.c's one-row kernel): the 2-bit level (0x08 -> 0, 0x19 -> 1,
+ * 0x2b -> 2) of byte j of grid entry i at bits 2 (j % 4) of byte i (j < 4) or 256 + i (j >= 4). */
+#if PL_CPU_HAVE_AVX2_BUILD
+static void pl_iqx_lv_fill(const uint64_t *grid, int n, uint8_t *lv) {
+    for (int i = 0; i < n; i++) {
+        uint8_t lo = 0, hi = 0;
+        for (int j = 0; j < 8; j++) {
+            const uint8_t v = (uint8_t)(grid[i] >> (8 * j));
+            const uint8_t l = v == 0x08 ? 0 : v == 0x19 ? 1 : 2;
+            if (j < 4) lo |= (uint8_t)(l << (2 * j));
+            else hi |= (uint8_t)(l << (2 * (j - 4)));
+        }
+        lv[i] = lo;
+        lv[n + i] = hi;
+    }
+}
+static void pl_iqx_iq2xxs_lv_init(void) { pl_iqx_lv_fill(pl_iq2xxs_grid, 256, pl_iqx_iq2xxs_lv); }
+static void pl_iqx_iq2xs_lv_init(void) { pl_iqx_lv_fill(pl_iq2xs_grid, 512, pl_iqx_iq2xs_lv); }
+#endif
+
 void pl_iq2xxsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pl_iqx_iq2xxs_lv_init);
+#endif
     const int64_t nb = K / QK_K;
     uint16_t *dv = (uint16_t *)(out + nb * PL_IQ2XXSX_CODES);
     memset(out, 0, pl_iq2xxsx_panel_bytes(K));
@@ -89,6 +113,10 @@ bool pl_cpu_iqx_enabled(void) {
 /* iq2_xs -> PL_PACK_IQ2XSX_X16: qs[g] (9-bit grid index | 7-bit sign index
  * << 9) and scales[s] of each row, as in the file, reordered by group. */
 void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pl_iqx_iq2xs_lv_init);
+#endif
     const int64_t nb = K / QK_K;
     uint16_t *dv = (uint16_t *)(out + nb * PL_IQ2XSX_CODES);
     memset(out, 0, pl_iq2xsx_panel_bytes(K));

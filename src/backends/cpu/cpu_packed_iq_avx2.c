@@ -154,10 +154,127 @@ PL_IQX_AI void pl_iq2xxsx_tile(int64_t nb, const uint8_t *codes, const uint16_t 
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
 }
 
+/* ---- iq2_xxs, one activation row (decode): in-register grid lookups instead of gathers ---------
+ * At M = 1 nothing amortizes a gather (8 loads per 64 weights), so the grid is looked up in
+ * registers. Every iq2 grid value is one of 3 levels (0x08, 0x19, 0x2b), so an entry is 8 two-bit
+ * level codes: pl_iqx_iq2xxs_lv[256] holds weights 0-3 of entry i (byte i) and [256 + i] weights
+ * 4-7, four zmm each; vpermi2b looks up 128 of them, the index's bit 7 picks the half.
+ * Sub-block s (4 groups x 16 rows = 64 index bytes, byte 16 X + r) is first put in the order
+ * pl_iqx_arr4: byte 4 r + X = (row r, group X), and looked up: lvlo / lvhi. Weight 4h + w of all
+ * 64 (row, group) pairs is then one vgf2p8affineqb of lvh: level bits 2w, 2w + 1 -> value is the
+ * GF(2) affine map 8 ^ 17 b0 ^ 35 b1 (0x08, 0x19, 0x2b). Its signs are bit 4h + w of the sign
+ * bytes in the same order (vptestmb), negating the activations, and the activations are the q8
+ * codes of the block transposed once (pl_iqx_qt_xxs: dword 4h + w of sub-block s = weight 4h + w
+ * of groups 0-3), one broadcast dword: vpdpbusd adds row r's products into dword r. After the 8
+ * weights dword r = row r's exact sum over the sub-block. The scale's 4 bits (bit 7 of the sign
+ * bytes, same order) become 2 ls + 1 by one more vpdpbusd. Integer sums are exact, the float step
+ * is the gather kernel's, so the result is the same bit for bit (test_cpu_backend: batched == one
+ * row). Per 64 weights: one affine map, one mask, one masked negate, one vpdpbusd. */
+uint8_t pl_iqx_iq2xxs_lv[512];   /* filled by the first pl_iq2xxsx_pack_panel */
+
+static const uint8_t pl_iqx_arr4[64] = {
+    0, 16, 32, 48, 1, 17, 33, 49, 2, 18, 34, 50, 3, 19, 35, 51, 4, 20, 36, 52, 5, 21, 37, 53, 6, 22, 38,
+    54, 7, 23, 39, 55, 8, 24, 40, 56, 9, 25, 41, 57, 10, 26, 42, 58, 11, 27, 43, 59, 12, 28, 44, 60, 13,
+    29, 45, 61, 14, 30, 46, 62, 15, 31, 47, 63};
+static const uint8_t pl_iqx_qt_xxs[64] = {
+    0, 8, 16, 24, 1, 9, 17, 25, 2, 10, 18, 26, 3, 11, 19, 27, 4, 12, 20, 28, 5, 13, 21, 29, 6, 14, 22,
+    30, 7, 15, 23, 31, 32, 40, 48, 56, 33, 41, 49, 57, 34, 42, 50, 58, 35, 43, 51, 59, 36, 44, 52, 60,
+    37, 45, 53, 61, 38, 46, 54, 62, 39, 47, 55, 63};
+static const uint8_t pl_iqx_qt_xs[64] = {
+    0, 8, 4, 12, 1, 9, 5, 13, 2, 10, 6, 14, 3, 11, 7, 15, 16, 24, 20, 28, 17, 25, 21, 29, 18, 26, 22,
+    30, 19, 27, 23, 31, 32, 40, 36, 44, 33, 41, 37, 45, 34, 42, 38, 46, 35, 43, 39, 47, 48, 56, 52, 60,
+    49, 57, 53, 61, 50, 58, 54, 62, 51, 59, 55, 63};
+static const uint8_t pl_iqx_xs_sel[2][64] = {{0, 1, 64, 65, 4, 5, 68, 69, 8, 9, 72, 73, 12, 13, 76, 77, 16, 17, 80, 81, 20, 21, 84, 85, 24, 25, 88, 89, 28, 29, 92, 93, 32, 33, 96, 97, 36, 37, 100, 101, 40, 41, 104, 105, 44, 45, 108, 109, 48, 49, 112, 113, 52, 53, 116, 117, 56, 57, 120, 121, 60, 61, 124, 125},
+    {2, 3, 66, 67, 6, 7, 70, 71, 10, 11, 74, 75, 14, 15, 78, 79, 18, 19, 82, 83, 22, 23, 86, 87, 26, 27, 90, 91, 30, 31, 94, 95, 34, 35, 98, 99, 38, 39, 102, 103, 42, 43, 106, 107, 46, 47, 110, 111, 50, 51, 114, 115, 54, 55, 118, 119, 58, 59, 122, 123, 62, 63, 126, 127}};
+static const uint8_t pl_iqx_xs_sgc[2][64] = {{0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44, 0, 8, 4, 12, 32, 40, 36, 44},
+    {16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60, 16, 24, 20, 28, 48, 56, 52, 60}};
+
+/* the GF(2) affine matrix taking level bits 2w, 2w + 1 of a byte to 17 b0 ^ 35 b1 (add 8 as the
+ * constant): row i of the map is byte 7 - i */
+PL_IQX_AI __m512i pl_iqx_lv_map(int w) {
+    const uint64_t b0 = 1u << (2 * w), b1 = 2u << (2 * w);
+    return _mm512_set1_epi64((int64_t)((b0 | b1) << 56 | b1 << 48 | b0 << 24 | b1 << 16));
+}
+
+PL_IQX_AI __m512i pl_iqx_lv_lookup(__m512i x, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(x), _mm512_permutex2var_epi8(t0, x, t1), _mm512_permutex2var_epi8(t2, x, t3));
+}
+
+/* The q8 codes of block b transposed by qt (4 x 2 sub-blocks) into buf[256]. */
+PL_IQX_AI void pl_iqx_q8_transpose(const int8_t *q8, __m512i qt, int8_t *buf) {
+    PL_UNROLL
+    for (int t = 0; t < 4; t++)
+        _mm512_store_si512((void *)(buf + 64 * t), _mm512_permutexvar_epi8(qt, _mm512_loadu_si512((const void *)(q8 + 64 * t))));
+}
+
+#define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
+/* not inlined: the gemm entry points keep PL_IQX_T, so nothing GFNI runs on a CPU without it */
+#define PL_IQX_DEC_F static __attribute__((noinline)) PL_IQX_DEC_T
+PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                     __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
+    const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
+    const __m512i lo1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 64));
+    const __m512i lo2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 128));
+    const __m512i lo3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 192));
+    const __m512i hi0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 256));
+    const __m512i hi1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 320));
+    const __m512i hi2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 384));
+    const __m512i hi3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 448));
+    __attribute__((aligned(64))) int8_t qtb[256];
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        pl_iqx_q8_transpose(y[b].b.qs, qt, qtb);
+        __m512i bsum = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(idx + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + PL_IQX_PF * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            const __m512i v = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(sg + 64 * s)));
+            /* bits 0-6 kept, bit 7 = their parity (the scale bit dropped): one GF(2) affine map */
+            const __m512i full = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x010204081020407FLL), 0);
+            /* scale bit l of row r (bit 7 of byte 4 r + l) -> 0/1, then 1 + sum 2^(l + 1) bit */
+            const __m512i sbit = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((int64_t)0x8000000000000000ULL), 0);
+            const __m512i sc = _mm512_dpbusd_epi32(_mm512_set1_epi32(1), sbit, _mm512_set1_epi32(0x10080402));
+            const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
+            const __m512i lv[2] = {pl_iqx_lv_lookup(x, lo0, lo1, lo2, lo3), pl_iqx_lv_lookup(x, hi0, hi1, hi2, hi3)};
+            __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            PL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                PL_UNROLL
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
+                    const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
+                    int32_t qa;
+                    memcpy(&qa, qtb + 32 * s + 4 * (4 * h + w), 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
+                }
+            }
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+/* PL_CPU_IQDEC=0: one activation row takes the gather tile too (before/after runs); the one-row
+ * kernels also need GFNI */
+static bool pl_iqx_dec_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("gfni") && pl_cpu_switch("PL_CPU_IQDEC");
+    return cached;
+}
+
 PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                          size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xxsx_panel_bytes(K);
+    const bool dec = pl_iqx_dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XXSX_CODES);
@@ -167,6 +284,10 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq2xxsx_panel1(nb, codes, dv, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
                 case 3: pl_iq2xxsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
@@ -252,10 +373,90 @@ PL_IQX_AI void pl_iq2xsx_tile(int64_t nb, const uint8_t *codes, const uint16_t *
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
 }
 
+/* ---- iq2_xs, one activation row: the iq2_xxs one-row scheme with a 9-bit index --------------
+ * pl_iqx_iq2xs_lv: the 512 entries' level codes (weights 0-3 at [i], 4-7 at [512 + i]), 8 zmm a
+ * half: four vpermi2b, the index's bit 7 and bit 8 pick. The u16 codes of a sub-block (two zmm,
+ * u16 16 X + r) give the low bytes (index bits 0-7) and high bytes (bit 0: index bit 8, bits 1-7:
+ * the sign index) in the order 4 r + X by one vpermt2b each. The scales are per 16 weights
+ * (groups 0, 1 and 2, 3 of a sub-block), so a dword must hold one pair's weights only: C_P
+ * (pl_iqx_xs_sel) has byte 4 r + 2 h + X = lv_h of (row r, group 2P + X), and one affine map of
+ * it gives weights w and 4 + w of both groups; pl_iqx_qt_xs transposes the q8 codes to match. */
+uint8_t pl_iqx_iq2xs_lv[1024];   /* filled by the first pl_iq2xsx_pack_panel */
+
+PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const uint8_t *t) {
+    const __m512i t0 = _mm512_loadu_si512((const void *)t), t1 = _mm512_loadu_si512((const void *)(t + 64));
+    const __m512i t2 = _mm512_loadu_si512((const void *)(t + 128)), t3 = _mm512_loadu_si512((const void *)(t + 192));
+    const __m512i t4 = _mm512_loadu_si512((const void *)(t + 256)), t5 = _mm512_loadu_si512((const void *)(t + 320));
+    const __m512i t6 = _mm512_loadu_si512((const void *)(t + 384)), t7 = _mm512_loadu_si512((const void *)(t + 448));
+    const __m512i a = _mm512_mask_blend_epi8(k7, _mm512_permutex2var_epi8(t0, x, t1), _mm512_permutex2var_epi8(t2, x, t3));
+    const __m512i b = _mm512_mask_blend_epi8(k7, _mm512_permutex2var_epi8(t4, x, t5), _mm512_permutex2var_epi8(t6, x, t7));
+    return _mm512_mask_blend_epi8(k8, a, b);
+}
+
+PL_IQX_DEC_F void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                    __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs);
+    /* u16 p of the pair (v01, v23) is bytes 2p, 2p + 1 of their concatenation */
+    const __m512i arr_lo = _mm512_add_epi8(arr, arr), arr_hi = _mm512_add_epi8(arr_lo, _mm512_set1_epi8(1));
+    const __m512i sel0 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[0]), sel1 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[1]);
+    const __m512i sgc0 = _mm512_loadu_si512((const void *)pl_iqx_xs_sgc[0]), sgc1 = _mm512_loadu_si512((const void *)pl_iqx_xs_sgc[1]);
+    __attribute__((aligned(64))) int8_t qtb[256];
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
+        const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
+        pl_iqx_q8_transpose(y[b].b.qs, qt, qtb);
+        __m512i bsum = _mm512_setzero_si512();
+        _Pragma("GCC unroll 1")
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 * s + 32) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
+            const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
+            const __m512i xl = _mm512_permutex2var_epi8(v01, arr_lo, v23), xh = _mm512_permutex2var_epi8(v01, arr_hi, v23);
+            /* bits 1-7 of xh to bits 0-6, bit 7 = their parity */
+            const __m512i full = _mm512_gf2p8affine_epi64_epi8(xh, _mm512_set1_epi64(0x02040810204080FELL), 0);
+            const __mmask64 k7 = _mm512_movepi8_mask(xl), k8 = _mm512_movepi8_mask(_mm512_slli_epi16(xh, 7));
+            const __m512i lvlo = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv);
+            const __m512i lvhi = pl_iqx_lv_lookup9(xl, k7, k8, pl_iqx_iq2xs_lv + 512);
+            const __m512i cp[2] = {_mm512_permutex2var_epi8(lvlo, sel0, lvhi), _mm512_permutex2var_epi8(lvlo, sel1, lvhi)};
+            const __m512i sb = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(scb + 16 * s)));
+            const __m512i s0 = _mm512_and_si512(sb, _mm512_set1_epi32(15)), s1 = _mm512_srli_epi32(sb, 4);
+            const __m512i m0 = _mm512_add_epi32(_mm512_add_epi32(s0, s0), _mm512_set1_epi32(1));
+            const __m512i m1 = _mm512_add_epi32(_mm512_add_epi32(s1, s1), _mm512_set1_epi32(1));
+            __m512i acc[2][2];
+            acc[0][0] = acc[0][1] = acc[1][0] = acc[1][1] = _mm512_setzero_si512();
+            PL_UNROLL
+            for (int P = 0; P < 2; P++) {
+                PL_UNROLL
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(cp[P], pl_iqx_lv_map(w), 8);
+                    /* the sign of weight 4 h + w of (row r, group 2P + X): bit 4 h + w of its sign byte,
+                     * byte 4 r + 2P + X of full, the same qword */
+                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(full, _mm512_add_epi8(P ? sgc1 : sgc0, _mm512_set1_epi8((char)w)));
+                    int32_t qa;
+                    memcpy(&qa, qtb + 32 * s + 4 * (4 * P + w), 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    acc[P][w & 1] = _mm512_dpbusd_epi32(acc[P][w & 1], wv, aq);
+                }
+            }
+            bsum = _mm512_add_epi32(bsum, _mm512_add_epi32(_mm512_mullo_epi32(_mm512_add_epi32(acc[0][0], acc[0][1]), m0),
+                                                           _mm512_mullo_epi32(_mm512_add_epi32(acc[1][0], acc[1][1]), m1)));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
 PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xsx_panel_bytes(K);
+    const bool dec = pl_iqx_dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XSX_CODES);
@@ -265,6 +466,10 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq2xsx_panel1(nb, codes, dv, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 4); break;
                 case 3: pl_iq2xsx_tile(nb, codes, dv, y, d, N, mk, 3); break;
