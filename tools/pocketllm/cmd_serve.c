@@ -20,7 +20,7 @@ static const char *serve_usage =
     "                       is prefilled N at a time between the others' decode steps\n"
     "  --max-step-ms MS     time budget of a step while any sequence is decoding (= their inter-token\n"
     "                       latency): prompt tokens are added to a step only as far as its predicted\n"
-    "                       time (from measured decode and prompt-token costs) stays within MS\n"
+    "                       time (max(measured decode step, rows x measured row cost)) stays within MS\n"
     "                       (default: --max-step-factor x the measured decode step; 0 = off, a fixed\n"
     "                       128 tokens); a prompt with nobody decoding gets a full --batch chunk\n"
     "  --max-step-factor F  the default --max-step-ms as a multiple of the decode step (default 1.5)\n"

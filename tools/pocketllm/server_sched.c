@@ -7,7 +7,8 @@
  * prefill (oldest admission first) up to the step's token budget: --batch
  * when no sequence is decoding, else as many as keep the step's predicted
  * time within --max-step-ms (by default a multiple of the measured decode
- * step; server_budget.c), at most --max-num-batched-tokens (vLLM's name; a
+ * step; the step's time predicted as max(decode step, rows x row cost),
+ * server_budget.c), at most --max-num-batched-tokens (vLLM's name; a
  * fixed count when it is given alone), so a long prompt is prefilled in
  * chunks interleaved with the running sequences' decode steps (chunked
  * prefill). The split of a prompt
