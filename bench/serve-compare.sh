@@ -23,7 +23,14 @@
 # and the long prompts' TTFT; LONG_DELAY, default 1.0, is the seconds before
 # the first), OURS_ARGS (extra flags for pocketllm serve,
 # e.g. "--max-num-batched-tokens 64" or "--cache-ram 2048"),
-# LLAMA_ARGS (extra flags for llama-server, e.g. "-b 512").
+# LLAMA_ARGS (extra flags for llama-server, e.g. "-b 512"),
+# OURS_ENV (VAR=value words set for pocketllm serve only, e.g.
+# "PL_SERVE_STEP_COST=linear"),
+# OURS2_ARGS / OURS2_ENV (either set: a second pocketllm serve, "pocketllm2",
+# on PORT0 + 2 with these flags / variables instead of OURS_ARGS / OURS_ENV,
+# measured in the same interleaved run and reported in its own table and
+# rows, with its ratio to the first; e.g. old against new behaviour:
+# OURS2_ENV=PL_SERVE_STEP_COST=linear).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -51,16 +58,27 @@ LONG_PROMPT="${LONG_PROMPT:-0}"
 LONG_DELAY="${LONG_DELAY:-1.0}"
 read -r -a ours_args <<< "${OURS_ARGS:-}"
 read -r -a llama_args <<< "${LLAMA_ARGS:-}"
+read -r -a ours_env <<< "${OURS_ENV:-}"
+read -r -a ours2_args <<< "${OURS2_ARGS:-}"
+read -r -a ours2_env <<< "${OURS2_ENV:-}"
+ours2=0
+[ -n "${OURS2_ARGS:-}${OURS2_ENV:-}" ] && ours2=1
 ours_url="http://127.0.0.1:$PORT0"
 llama_url="http://127.0.0.1:$((PORT0 + 1))"
+ours2_url="http://127.0.0.1:$((PORT0 + 2))"
 work="$(mktemp -d)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-"$pocketllm" serve --model "$model" --port "$PORT0" --parallel "$PARALLEL" --ctx "$CTX" --threads "$THREADS" \
-  --max-conns-per-ip 0 "${ours_args[@]}" > "$work/ours.log" 2>&1 &
+env "${ours_env[@]}" "$pocketllm" serve --model "$model" --port "$PORT0" --parallel "$PARALLEL" --ctx "$CTX" \
+  --threads "$THREADS" --max-conns-per-ip 0 "${ours_args[@]}" > "$work/ours.log" 2>&1 &
 pids+=($!)
+if (( ours2 )); then
+  env "${ours2_env[@]}" "$pocketllm" serve --model "$model" --port "$((PORT0 + 2))" --parallel "$PARALLEL" \
+    --ctx "$CTX" --threads "$THREADS" --max-conns-per-ip 0 "${ours2_args[@]}" > "$work/ours2.log" 2>&1 &
+  pids+=($!)
+fi
 # -c is the whole cache, split over -np slots; --jinja renders the file's
 # template as we do. -fa off: d32676d's server with flash attention on (its
 # default, auto) answers Qwen2.5-Coder-1.5B Q4_K_M with garbage ("What is
@@ -80,9 +98,14 @@ wait_ready() {   # url name log
 }
 wait_ready "$ours_url" pocketllm "$work/ours.log"
 wait_ready "$llama_url" llama-server "$work/llama.log"
+urls=("$ours_url" "$llama_url")
+if (( ours2 )); then
+  wait_ready "$ours2_url" pocketllm2 "$work/ours2.log"
+  urls+=("$ours2_url")
+fi
 
 # The anchors must answer sanely before their speed means anything.
-for u in "$ours_url" "$llama_url"; do
+for u in "${urls[@]}"; do
   curl -fs "$u/v1/chat/completions" -H 'Content-Type: application/json' \
     -d '{"messages":[{"role":"user","content":"What is 2+3? Answer with the number."}],"max_tokens":16,"temperature":0}' |
     python3 -c 'import json,sys; print("# sanity", sys.argv[1], repr(json.load(sys.stdin)["choices"][0]["message"]["content"]))' "$u" >&2 ||
@@ -94,47 +117,69 @@ load() {   # url clients turns max_tokens convs extra-json [long-prompt] -> one 
     --long-prompt "${7:-0}" --long-delay "$LONG_DELAY" --json
 }
 
+# The engines of one K run one after the other, the order rotating per K.
+engines=(llama-server pocketllm)
+(( ours2 )) && engines+=(pocketllm2)
+url_of() { case "$1" in llama-server) echo "$llama_url" ;; pocketllm) echo "$ours_url" ;; *) echo "$ours2_url" ;; esac; }
 i=0
 for k in ${CLIENTS//,/ }; do
   echo "# K=$k (load $(cut -d' ' -f1 /proc/loadavg))" >&2
-  if (( i % 2 == 0 )); then
-    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
-    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
-  else
-    load "$ours_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "pocketllm", /' >> "$work/k.jsonl"
-    load "$llama_url" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed 's/^{/{"engine": "llama-server", /' >> "$work/k.jsonl"
-  fi
+  n=${#engines[@]}
+  for j in $(seq 0 $((n - 1))); do
+    e="${engines[$(( (i + j) % n ))]}"
+    load "$(url_of "$e")" "$k" "$TURNS" "$MAX_TOKENS" "$CONVS" '{}' "$LONG_PROMPT" | sed "s/^{/{\"engine\": \"$e\", /" >> "$work/k.jsonl"
+  done
   i=$((i + 1))
 done
 
 echo "# multi-turn: 8 turns, 64 tokens" >&2
 load "$ours_url" 1 8 64 1 '{}' | sed 's/^{/{"engine": "pocketllm, cache", /' >> "$work/turns.jsonl"
 load "$ours_url" 1 8 64 1 '{"cache_prompt": false}' | sed 's/^{/{"engine": "pocketllm, no cache", /' >> "$work/turns.jsonl"
+if (( ours2 )); then
+  load "$ours2_url" 1 8 64 1 '{}' | sed 's/^{/{"engine": "pocketllm2, cache", /' >> "$work/turns.jsonl"
+fi
 load "$llama_url" 1 8 64 1 '{}' | sed 's/^{/{"engine": "llama-server, cache_prompt", /' >> "$work/turns.jsonl"
 
+(( ours2 )) && echo "pocketllm: ${OURS_ENV:-} ${OURS_ARGS:-}; pocketllm2: ${OURS2_ENV:-} ${OURS2_ARGS:-}"
 python3 - "$work/k.jsonl" "$work/turns.jsonl" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 turns = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-print("| K | tok/s llama-server / ours (ratio) | TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms |")
-print("|---|---|---|---|---|---|")
-for k in sorted({r["clients"] for r in rows}):
-    l = next(r for r in rows if r["clients"] == k and r["engine"] == "llama-server")
-    o = next(r for r in rows if r["clients"] == k and r["engine"] == "pocketllm")
-    f = lambda key, d=1: "%.*f / %.*f" % (d, l[key], d, o[key])
-    print("| %d | %s (%.2fx) | %s | %s | %s | %s |" % (k, f("tok_s"), o["tok_s"] / l["tok_s"], f("ttft_p50_ms"),
-          f("ttft_p95_ms"), f("itl_p50_ms", 2), f("itl_p95_ms", 2)))
+ks = sorted({r["clients"] for r in rows})
+get = lambda k, e: next(r for r in rows if r["clients"] == k and r["engine"] == e)
+ours = [e for e in ("pocketllm", "pocketllm2") if any(r["engine"] == e for r in rows)]
+for n, us in enumerate(ours):
+    if n: print()
+    if len(ours) > 1: print("%s against llama-server:" % us); print()
+    print("| K | tok/s llama-server / ours (ratio) | TTFT p50 ms | TTFT p95 ms | ITL p50 ms | ITL p95 ms |")
+    print("|---|---|---|---|---|---|")
+    for k in ks:
+        l, o = get(k, "llama-server"), get(k, us)
+        f = lambda key, d=1: "%.*f / %.*f" % (d, l[key], d, o[key])
+        print("| %d | %s (%.2fx) | %s | %s | %s | %s |" % (k, f("tok_s"), o["tok_s"] / l["tok_s"], f("ttft_p50_ms"),
+              f("ttft_p95_ms"), f("itl_p50_ms", 2), f("itl_p95_ms", 2)))
+if len(ours) > 1:
+    print()
+    print("pocketllm2 / pocketllm (below 1: pocketllm2 lower; tok/s: higher is better, the rest lower):")
+    print()
+    print("| K | tok/s | TTFT p50 | TTFT p95 | ITL p50 | ITL p95 |")
+    print("|---|---|---|---|---|---|")
+    for k in ks:
+        a, b = get(k, "pocketllm"), get(k, "pocketllm2")
+        r = lambda key: "%.2f" % (b[key] / a[key]) if a[key] else "-"
+        print("| %d | %s | %s | %s | %s | %s |" % (k, r("tok_s"), r("ttft_p50_ms"), r("ttft_p95_ms"), r("itl_p50_ms"),
+              r("itl_p95_ms")))
 if any("long_n" in r for r in rows):
-    print()
-    print("With long prompts arriving (LONG_PROMPT): llama-server / ours")
-    print()
-    print("| K | ITL max ms | long prompts sent | long-prompt TTFT p50 ms |")
-    print("|---|---|---|---|")
-    for k in sorted({r["clients"] for r in rows}):
-        l = next(r for r in rows if r["clients"] == k and r["engine"] == "llama-server")
-        o = next(r for r in rows if r["clients"] == k and r["engine"] == "pocketllm")
-        print("| %d | %.1f / %.1f | %d / %d | %.1f / %.1f |" % (k, l["itl_max_ms"], o["itl_max_ms"], l["long_n"],
-              o["long_n"], l["long_ttft_p50_ms"], o["long_ttft_p50_ms"]))
+    for us in ours:
+        print()
+        print("With long prompts arriving (LONG_PROMPT): llama-server / %s" % us)
+        print()
+        print("| K | ITL max ms | long prompts sent | long-prompt TTFT p50 ms |")
+        print("|---|---|---|---|")
+        for k in ks:
+            l, o = get(k, "llama-server"), get(k, us)
+            print("| %d | %.1f / %.1f | %d / %d | %.1f / %.1f |" % (k, l["itl_max_ms"], o["itl_max_ms"], l["long_n"],
+                  o["long_n"], l["long_ttft_p50_ms"], o["long_ttft_p50_ms"]))
 print()
 print("TTFT (ms) per turn of one 8-turn conversation:")
 print()

@@ -69,6 +69,7 @@ static void check_learned(void) {
     CHECK(near(e.prompt_s, tok), "mixed step: the decode part is taken off: %g", e.prompt_s);
 
     pl_srv_budget_cfg c = cfg_auto();
+    c.cost = PL_SRV_COST_LINEAR;
     /* Auto: the step may take 1.5 x the 80 ms decode step: 40 ms of prompt tokens. */
     int want = (int)floor((1.5 * 4 * dec - 4 * dec) / tok);
     CHECK(want == 13, "test arithmetic: %d", want);
@@ -93,6 +94,7 @@ static void check_learned(void) {
     CHECK(pl_srv_step_prompt_budget(&e, &c, 40) == 1, "more decoders than the cap");
     /* A broken factor or target falls back to no slack, never to NaN. */
     c = cfg_auto();
+    c.cost = PL_SRV_COST_LINEAR;
     c.factor = NAN;
     CHECK(pl_srv_step_prompt_budget(&e, &c, 4) == 1, "NaN factor");
     c.factor = 1.5;
@@ -169,6 +171,7 @@ static void check_converges(void) {
     const double mem = 0.06, tok = 0.004;
     pl_srv_step_est e = {.decode_s = 0.3, .decode_n = 4, .prompt_s = 0.0001, .n_decode = 1, .n_prompt = 1};
     pl_srv_budget_cfg c = cfg_auto();
+    c.cost = PL_SRV_COST_LINEAR;
     srand(17);
     int k = 0;
     for (int step = 0; step < 400; step++) {
@@ -202,6 +205,8 @@ static void check_bounds(void) {
         c.max_step_s = vals[rand() % nv];
         c.factor = 1 + vals[rand() % nv];
         c.timed = rand() % 4 != 0;
+        c.cost = rand() % 2 ? PL_SRV_COST_LINEAR : PL_SRV_COST_ROOFLINE;
+        e.row_s = vals[rand() % nv];
         int nd = rand() % 40;
         int k = pl_srv_step_prompt_budget(&e, &c, nd);
         int cap = c.cap < c.n_batch ? c.cap : c.n_batch;
@@ -211,7 +216,174 @@ static void check_bounds(void) {
     }
 }
 
+/* ---- The roofline (the default cost model) ---------------------------
+ * True costs of the synthetic machine: a step of n rows takes
+ * max(ROOF_W, n x ROOF_C), the weight read up to the knee (7.5 rows), the
+ * compute past it: a 1.5B Q4_K_M on 2 cores, ~45 ms and ~6 ms a row. */
+#define ROOF_W 0.045
+#define ROOF_C 0.006
+static double roof(int n) { return n * ROOF_C > ROOF_W ? n * ROOF_C : ROOF_W; }
+
+/* The chunk the true costs give: the most prompt rows whose step stays
+ * within factor x the decode-only step. */
+static int roof_best(int nd, double factor) {
+    int k = 1;
+    while (roof(nd + k + 1) <= factor * roof(nd) * (1 + 1e-12)) k++;
+    return k;
+}
+
+/* Learns from steps made by the true costs, one decode-only step in three
+ * (as when a slot's prompt arrives beside nd decoding sequences) and one
+ * prompt prefilled alone in ten (nobody decoding: a new turn), the chunk
+ * chosen by the budget under cost model m; returns the last chunk. */
+static int roof_run(pl_srv_step_est *e, pl_srv_step_cost m, int nd, int steps, unsigned seed) {
+    pl_srv_budget_cfg c = cfg_auto();
+    c.cost = m;
+    srand(seed);
+    int k = 0;
+    for (int step = 0; step < steps; step++) {
+        double noise = 1 + 0.04 * ((double)rand() / RAND_MAX - 0.5);
+        if (step % 10 == 5) pl_srv_step_observe(e, 0, 60, roof(60) * noise); /* a prompt alone */
+        else if (step % 3 == 0) pl_srv_step_observe(e, nd, 0, roof(nd) * noise);
+        else {
+            k = pl_srv_step_prompt_budget(e, &c, nd);
+            CHECK(k >= 1 && k <= c.cap - nd, "step %d: chunk %d out of bounds", step, k);
+            pl_srv_step_observe(e, nd, k, roof(nd + k) * noise);
+        }
+    }
+    return k;
+}
+
+/* The flat region: one sequence decoding, a prompt arriving. 1.5 x 45 ms
+ * buys 11 rows (66 ms); the linear rule charged each prompt token its
+ * compute beyond the decode step and gave 3 (22.5 ms / 6 ms), though the
+ * first 6 cost nothing. */
+static void check_roof_flat(void) {
+    CHECK(roof_best(1, 1.5) == 10, "test arithmetic: %d", roof_best(1, 1.5));
+    /* Estimates as the costs: the chunk is exact. */
+    pl_srv_step_est e = {.decode_s = ROOF_W, .decode_n = 1, .row_s = ROOF_C, .prompt_s = ROOF_C,
+                         .n_decode = 9, .n_row = 9, .n_prompt = 9};
+    pl_srv_budget_cfg c = cfg_auto();
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 10, "roofline, 1 decoding: %d", pl_srv_step_prompt_budget(&e, &c, 1));
+    CHECK(near(pl_srv_step_time(&e, PL_SRV_COST_ROOFLINE, 1, 5), ROOF_W), "6 rows under the floor: %g",
+          pl_srv_step_time(&e, PL_SRV_COST_ROOFLINE, 1, 5));
+    CHECK(near(pl_srv_step_time(&e, PL_SRV_COST_ROOFLINE, 1, 10), 11 * ROOF_C), "11 rows: past the knee");
+    CHECK(near(pl_srv_step_time(&e, PL_SRV_COST_LINEAR, 1, 5), ROOF_W + 5 * ROOF_C), "the linear rule's 6 rows");
+    c.cost = PL_SRV_COST_LINEAR;
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 3, "linear, 1 decoding: %d", pl_srv_step_prompt_budget(&e, &c, 1));
+    /* A target equal to the decode step: the free rows only. */
+    c = cfg_auto();
+    c.max_step_s = ROOF_W;
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 6, "target = decode step: the free rows: %d",
+          pl_srv_step_prompt_budget(&e, &c, 1));
+    /* A target below the decode step: one token, as before. */
+    c.max_step_s = 0.001;
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 1, "target below the decode step");
+    /* The hard cap still binds. */
+    c = cfg_auto();
+    c.cap = 8;
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 7, "roofline under --max-num-batched-tokens 8: %d",
+          pl_srv_step_prompt_budget(&e, &c, 1));
+
+    /* Learned from the steps run, from nothing but the first prefill (alone,
+     * 60 rows: its rate is the row cost): the same chunk. */
+    pl_srv_step_est r = {0};
+    pl_srv_step_observe(&r, 0, 60, roof(60));
+    CHECK(near(r.row_s, ROOF_C) && r.n_row == 1, "first row estimate from a lone prefill: %g", r.row_s);
+    int k = roof_run(&r, PL_SRV_COST_ROOFLINE, 1, 300, 5);
+    CHECK(k >= 9 && k <= 10, "roofline, learned, 1 decoding: chunk %d, want 10", k);
+    CHECK(fabs(r.row_s - ROOF_C) < 0.1 * ROOF_C, "row estimate %g, true %g", r.row_s, ROOF_C);
+    CHECK(roof(1 + k) <= 1.5 * ROOF_W * 1.05, "step of %g s over the target %g", roof(1 + k), 1.5 * ROOF_W);
+}
+
+/* The linear region: 10 sequences decoding are past the knee (60 ms);
+ * 1.5 x that buys 15 rows, 5 of them prompt tokens, as the linear rule
+ * says too there. */
+static void check_roof_linear(void) {
+    CHECK(roof_best(10, 1.5) == 5, "test arithmetic: %d", roof_best(10, 1.5));
+    pl_srv_step_est e = {0};
+    pl_srv_step_observe(&e, 0, 100, roof(100));
+    int k = roof_run(&e, PL_SRV_COST_ROOFLINE, 10, 300, 7);
+    CHECK(k >= 4 && k <= 5, "roofline, learned, 10 decoding: chunk %d, want 5", k);
+    CHECK(roof(10 + k) <= 1.5 * roof(10) * 1.05, "step of %g s over the target %g", roof(10 + k), 1.5 * roof(10));
+    /* Decode-only steps past the knee teach the row cost too. */
+    pl_srv_step_est d = {.row_s = 0.012, .n_row = 20, .decode_s = roof(12), .decode_n = 12, .n_decode = 20};
+    for (int i = 0; i < 80; i++) pl_srv_step_observe(&d, 12, 0, roof(12));
+    /* Under the knee a decode step's time / rows is the weight read's share:
+     * not the row cost, and no bound the estimate breaks. */
+    pl_srv_step_est u = d;
+    for (int i = 0; i < 80; i++) pl_srv_step_observe(&u, 2, 0, roof(2));
+    CHECK(near(u.row_s, d.row_s), "decode steps under the knee moved the row estimate: %g", u.row_s);
+    CHECK(fabs(d.row_s - ROOF_C) < 0.02 * ROOF_C, "row estimate from decode steps past the knee: %g", d.row_s);
+}
+
+/* From wrong row estimates, 100x too small or too large, the chunk comes
+ * back to what the true costs give, in both regions. */
+static void check_roof_converges(void) {
+    const double wrong[] = {ROOF_C / 100, ROOF_C * 100};
+    const int nds[] = {1, 3, 10};
+    for (int w = 0; w < 2; w++)
+        for (int i = 0; i < 3; i++) {
+            pl_srv_step_est e = {.decode_s = roof(nds[i]), .decode_n = nds[i], .row_s = wrong[w], .prompt_s = ROOF_C,
+                                 .n_decode = 50, .n_prompt = 50, .n_row = 50};
+            int k = roof_run(&e, PL_SRV_COST_ROOFLINE, nds[i], 600, 11 + i);
+            int want = roof_best(nds[i], 1.5);
+            CHECK(k >= want - 1 && k <= want, "from row_s %g, %d decoding: chunk %d, want %d", wrong[w], nds[i], k,
+                  want);
+        }
+}
+
+/* Timings that say nothing leave the row estimate alone; a stall moves it
+ * by a bounded amount; prefills alone after the first, and steps with
+ * decoders before the decode step is known, do not move it. */
+static void check_roof_bad_timings(void) {
+    pl_srv_step_est e = {0};
+    pl_srv_step_observe(&e, 1, 0, 0.045); /* a decode step's time per row is the weight read: not taken */
+    CHECK(e.row_s == 0 && e.n_row == 0, "row estimate from a decode-only step: %g", e.row_s);
+    pl_srv_budget_cfg c = cfg_auto();
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 127, "no row estimate: the fallback: %d",
+          pl_srv_step_prompt_budget(&e, &c, 1));
+    pl_srv_step_observe(&e, 0, 40, 0);
+    pl_srv_step_observe(&e, 0, 40, -1);
+    pl_srv_step_observe(&e, 0, 40, NAN);
+    pl_srv_step_observe(&e, 1, 40, INFINITY);
+    CHECK(e.row_s == 0 && e.n_row == 0, "row estimate from a bad timing: %g", e.row_s);
+    pl_srv_step_observe(&e, 0, 40, 40 * ROOF_C);
+    CHECK(near(e.row_s, ROOF_C), "first row estimate: %g", e.row_s);
+    pl_srv_step_observe(&e, 0, 512, 512 * ROOF_C / 3); /* a large prefill's better rate */
+    CHECK(near(e.row_s, ROOF_C), "a later prefill alone moved it: %g", e.row_s);
+    pl_srv_step_est f = {.row_s = ROOF_C, .n_row = 1};
+    pl_srv_step_observe(&f, 1, 40, 40 * ROOF_C / 3);
+    CHECK(near(f.row_s, ROOF_C), "a mixed step without a decode estimate moved it: %g", f.row_s);
+    /* Settled estimates, then a 100x stall of a mixed step. */
+    int k = roof_run(&e, PL_SRV_COST_ROOFLINE, 1, 120, 13);
+    double before = e.row_s;
+    pl_srv_step_observe(&e, 1, k, 100 * roof(1 + k));
+    CHECK(e.row_s > before && e.row_s <= before * (1 + EST_ALPHA * (SAMPLE_CLAMP - 1)) + 1e-12,
+          "row estimate after a stall: %g from %g", e.row_s, before);
+    for (int i = 0; i < 3; i++) pl_srv_step_observe(&e, 1, k, 0);
+    pl_srv_step_observe(&e, 1, k, NAN);
+    pl_srv_step_observe(&e, 1, k, -INFINITY);
+    double kept = e.row_s;
+    CHECK(isfinite(kept) && kept > 0, "row estimate after zero/NaN timings: %g", kept);
+    /* A huge estimate gives one token; 10^5 x too large (a first step
+     * stalled by the OS) is unlearned within the run. */
+    pl_srv_step_est h = {.decode_s = ROOF_W, .decode_n = 1, .n_decode = 5, .row_s = 1e300, .n_row = 1};
+    CHECK(pl_srv_step_prompt_budget(&h, &c, 1) == 1, "huge row estimate: %d", pl_srv_step_prompt_budget(&h, &c, 1));
+    h.row_s = 1e5 * ROOF_C;
+    k = roof_run(&h, PL_SRV_COST_ROOFLINE, 1, 300, 17);
+    CHECK(k >= 9 && k <= 10, "after a huge row estimate: chunk %d", k);
+    /* An estimate of 0 or NaN is no estimate: the fallback. */
+    h.row_s = NAN;
+    CHECK(pl_srv_step_prompt_budget(&h, &c, 1) == 127, "NaN row estimate: %d", pl_srv_step_prompt_budget(&h, &c, 1));
+    CHECK(pl_srv_step_time(&h, PL_SRV_COST_ROOFLINE, 1, 4) == 0, "NaN row estimate: no prediction");
+}
+
 int main(void) {
+    check_roof_flat();
+    check_roof_linear();
+    check_roof_converges();
+    check_roof_bad_timings();
     check_alone();
     check_first_steps();
     check_fixed();

@@ -20,7 +20,7 @@ static const char *serve_usage =
     "                       is prefilled N at a time between the others' decode steps\n"
     "  --max-step-ms MS     time budget of a step while any sequence is decoding (= their inter-token\n"
     "                       latency): prompt tokens are added to a step only as far as its predicted\n"
-    "                       time (from measured decode and prompt-token costs) stays within MS\n"
+    "                       time (max(measured decode step, rows x measured row cost)) stays within MS\n"
     "                       (default: --max-step-factor x the measured decode step; 0 = off, a fixed\n"
     "                       128 tokens); a prompt with nobody decoding gets a full --batch chunk\n"
     "  --max-step-factor F  the default --max-step-ms as a multiple of the decode step (default 1.5)\n"
@@ -232,6 +232,10 @@ static int cmd_serve(int argc, char **argv) {
     s.budget.max_step_s = cfg.max_step_ms > 0 ? cfg.max_step_ms / 1e3 : 0;
     s.budget.factor = cfg.max_step_factor;
     s.budget.fallback = s.step_budget;
+    /* PL_SERVE_STEP_COST=linear: the prompt tokens' cost before the
+     * roofline (server_budget.h), to measure one against the other. */
+    const char *cost = getenv("PL_SERVE_STEP_COST");
+    s.budget.cost = cost && strcmp(cost, "linear") == 0 ? PL_SRV_COST_LINEAR : PL_SRV_COST_ROOFLINE;
     int rc = 0;
     if (cfg.cache_ram_mib > 0) {
         /* The model is loaded: its plan is resident now; the store comes on
@@ -263,6 +267,10 @@ static int cmd_serve(int argc, char **argv) {
     else
         snprintf(while_decoding, sizeof while_decoding, "steps of %g x a decode step while decoding, at most %d tokens",
                  cfg.max_step_factor, s.budget.cap);
+    if (s.budget.timed && s.budget.cost == PL_SRV_COST_LINEAR) {
+        size_t n = strlen(while_decoding);
+        snprintf(while_decoding + n, sizeof while_decoding - n, ", linear cost");
+    }
     pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d (%s), queue %d%s",
                s.model_id, pl_model_arch(s.model), pl_model_device(s.model), (pl_srv_now() - t0) * 1e3, s.n_seq,
                s.n_ctx, s.n_batch, while_decoding, cfg.queue, cfg.api_key ? ", API key required" : "");

@@ -7,7 +7,8 @@
  * prefill (oldest admission first) up to the step's token budget: --batch
  * when no sequence is decoding, else as many as keep the step's predicted
  * time within --max-step-ms (by default a multiple of the measured decode
- * step; server_budget.c), at most --max-num-batched-tokens (vLLM's name; a
+ * step; the step's time predicted as max(decode step, rows x row cost),
+ * server_budget.c), at most --max-num-batched-tokens (vLLM's name; a
  * fixed count when it is given alone), so a long prompt is prefilled in
  * chunks interleaved with the running sequences' decode steps (chunked
  * prefill). The split of a prompt
@@ -743,6 +744,9 @@ void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
          s->est_pub.decode_n},
         {"pocketllm:step_prompt_seconds_per_token", "gauge",
          "Estimated step time per prompt token added to a step (0 = not measured yet).", s->est_pub.prompt_s},
+        {"pocketllm:step_row_seconds", "gauge",
+         "Estimated step time per row (decode or prompt token) past the weight-read floor (0 = not measured yet).",
+         s->est_pub.row_s},
         {"vllm:num_requests_running", "gauge", "Requests holding slots (vLLM name).", (double)s->slots_busy},
         {"vllm:num_requests_waiting", "gauge", "Requests waiting for a slot (vLLM name).", (double)s->q_len},
         {"vllm:gpu_cache_usage_perc", "gauge", "KV-cache usage, 1 = full (vLLM name).", kv_ratio},
