@@ -13,7 +13,8 @@
 # warm-up + 1 timed repetition per invocation), the order alternating between
 # rounds so neither engine always runs on a warmer or cooler machine. Reported:
 # the mean over rounds (and stddev), the ratio PocketLLM / llama.cpp, the
-# decode bandwidth (bytes read per token x tok/s) against the streaming-read
+# decode bandwidth (bytes read per token x tok/s; for a MoE model the expert
+# tensors count expert_used_count / expert_count) against the streaming-read
 # ceiling of this machine measured in the same run (bench/stream_read.c, best
 # of 4 KiB and 2 MiB pages, before every model and at the end), and PocketLLM's
 # peak RSS against file size + KV cache + 10%.
@@ -134,6 +135,20 @@ def kv_bytes(model, n_ctx):
     except Exception:
         return 0
 
+def expert_bytes(model):
+    """(bytes of the expert tensors, fraction a token reads): a MoE token reads
+    expert_used_count of expert_count experts of each *_exps tensor."""
+    try:
+        from pocketllm import gguf
+        f = gguf.open(model)
+        arch = f.metadata["general.architecture"]
+        n_x, n_used = f.metadata.get(arch + ".expert_count", 0), f.metadata.get(arch + ".expert_used_count", 0)
+        if not n_x or not n_used:
+            return 0, 1.0
+        return sum(t.nbytes for t in f.tensors if "_exps" in t.name), n_used / n_x
+    except Exception:
+        return 0, 1.0
+
 def stat(v):
     return (statistics.mean(v), statistics.stdev(v) if len(v) > 1 else 0.0) if v else (float("nan"), 0.0)
 
@@ -148,6 +163,7 @@ def local_ceiling(i, th):
 for mi, model in enumerate(models):
     size = os.path.getsize(model)
     kv_pos = kv_bytes(model, 1)
+    x_bytes, x_frac = expert_bytes(model)
     for th in sorted({r["threads"] for r in rows if r["model"] == model}):
         for test in ("pp%d" % P + at_d, "tg%d" % N + at_d):
             sel = lambda e: [r for r in rows if r["model"] == model and r["threads"] == th and r["test"] == test and r["engine"] == e]
@@ -160,6 +176,7 @@ for mi, model in enumerate(models):
                    "llama": l, "llama_std": ls, "ratio": o / l if l else float("nan")}
             if test.startswith("tg"):
                 wbytes = ours[0]["model_bytes"] if ours else (llama[0]["model_size"] if llama else 0)
+                wbytes -= x_bytes * (1 - x_frac)            # MoE: only the routed experts are read
                 per_tok = wbytes + kv_pos * (D + N / 2)   # the cache grows from D to D + N rows
                 row.update({"bytes_per_token": per_tok, "pocketllm_gb_s": o * per_tok / 1e9,
                             "llama_gb_s": l * per_tok / 1e9, "ceiling_gb_s": local_ceiling(mi, th),
