@@ -25,12 +25,12 @@
 # e.g. "--max-num-batched-tokens 64" or "--cache-ram 2048"),
 # LLAMA_ARGS (extra flags for llama-server, e.g. "-b 512"),
 # OURS_ENV (VAR=value words set for pocketllm serve only, e.g.
-# "PL_SERVE_STEP_COST=linear"),
+# "PL_SERVE_STEP_COST=roofline"),
 # OURS2_ARGS / OURS2_ENV (either set: a second pocketllm serve, "pocketllm2",
 # on PORT0 + 2 with these flags / variables instead of OURS_ARGS / OURS_ENV,
 # measured in the same interleaved run and reported in its own table and
 # rows, with its ratio to the first; e.g. old against new behaviour:
-# OURS2_ENV=PL_SERVE_STEP_COST=linear).
+# OURS2_ENV=PL_SERVE_STEP_COST=roofline).
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -232,10 +232,13 @@ static int cmd_serve(int argc, char **argv) {
     s.budget.max_step_s = cfg.max_step_ms > 0 ? cfg.max_step_ms / 1e3 : 0;
     s.budget.factor = cfg.max_step_factor;
     s.budget.fallback = s.step_budget;
-    /* PL_SERVE_STEP_COST=linear: the prompt tokens' cost before the
-     * roofline (server_budget.h), to measure one against the other. */
+    /* The linear prompt cost by default; PL_SERVE_STEP_COST=roofline models
+     * a step as max(decode step, rows x row cost) (server_budget.h). Measured
+     * against each other on a quiet machine (bench/RESULTS.md, 2026-12-06),
+     * the roofline lost aggregate tok/s and TTFT p95 at K = 8 and did not
+     * bring TTFT p95 at K = 2 closer to llama-server, so it stays opt-in. */
     const char *cost = getenv("PL_SERVE_STEP_COST");
-    s.budget.cost = cost && strcmp(cost, "linear") == 0 ? PL_SRV_COST_LINEAR : PL_SRV_COST_ROOFLINE;
+    s.budget.cost = cost && strcmp(cost, "roofline") == 0 ? PL_SRV_COST_ROOFLINE : PL_SRV_COST_LINEAR;
     int rc = 0;
     if (cfg.cache_ram_mib > 0) {
         /* The model is loaded: its plan is resident now; the store comes on
@@ -267,9 +270,9 @@ static int cmd_serve(int argc, char **argv) {
     else
         snprintf(while_decoding, sizeof while_decoding, "steps of %g x a decode step while decoding, at most %d tokens",
                  cfg.max_step_factor, s.budget.cap);
-    if (s.budget.timed && s.budget.cost == PL_SRV_COST_LINEAR) {
+    if (s.budget.timed && s.budget.cost == PL_SRV_COST_ROOFLINE) {
         size_t n = strlen(while_decoding);
-        snprintf(while_decoding + n, sizeof while_decoding - n, ", linear cost");
+        snprintf(while_decoding + n, sizeof while_decoding - n, ", roofline cost");
     }
     pl_srv_log("ready: %s (%s, device %s) loaded in %.0f ms; %d slots x %d tokens of context, batch %d (%s), queue %d%s",
                s.model_id, pl_model_arch(s.model), pl_model_device(s.model), (pl_srv_now() - t0) * 1e3, s.n_seq,
