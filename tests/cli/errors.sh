@@ -1,17 +1,7 @@
 #!/usr/bin/env bash
 # CLI errors are one clear line on stderr and a non-zero exit status.
 BIN=$1 FIX=$2
-fail=0 pass=0
-expect_error() {  # expect_error "<substring of stderr>" args...
-  local want=$1; shift
-  local err rc
-  err=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && [[ "$err" == *"$want"* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -le 2 ]; then
-    pass=$((pass+1))
-  else
-    echo "FAIL: pocketllm $* -> rc=$rc stderr=[$err] (wanted '$want')"; fail=$((fail+1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect_error "no-such.gguf" run --model "$tmp/no-such.gguf" --prompt hi
 expect_error "unknown command" frobnicate

@@ -7,53 +7,13 @@
 # writes from the same rows, loads and generates; and imatrices of the wrong
 # shape, or missing a tensor the type needs, are refused with one line.
 BIN=$1 FIX=$2
-fail=0 pass=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL: $*"; fail=$((fail+1)); }
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 V="$FIX/models/tiny-qwen3-f16.gguf"
 TEXT="$FIX/ladder/calib.txt"
 # n_embd 256, 4 layers, 8 experts of which 2 are used, expert FFN 512 (so
 # the down projection's rows, 512, differ from the others', 256)
 SHAPE=(--arch qwen3moe --preset 256:4:4:2:64:768 --experts 8:2:512 --vocab "$V" --seed 5 --threads 2)
-
-# A GGUF reader (no numpy): gguf.py FILE prints nothing; imported by the checks.
-cat > "$tmp/gguf.py" <<'PY'
-import struct
-SIZES = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
-def read(path):
-    """-> (kv dict, {name: (dims, type, bytes)}, data offset of each tensor)"""
-    data = open(path, 'rb').read()
-    pos = [8]
-    def rd(fmt):
-        v = struct.unpack_from('<' + fmt, data, pos[0]); pos[0] += struct.calcsize('<' + fmt); return v[0]
-    def rstr():
-        n = rd('Q'); s = data[pos[0]:pos[0] + n].decode(); pos[0] += n; return s
-    def val(t):
-        if t == 8: return rstr()
-        if t == 9:
-            et, n = rd('I'), rd('Q')
-            return [val(et) for _ in range(n)]
-        return rd(SIZES[t])
-    assert data[:4] == b'GGUF'
-    nt, nkv = rd('Q'), rd('Q')
-    kv = {}
-    for _ in range(nkv):
-        k = rstr(); kv[k] = val(rd('I'))
-    align = kv.get('general.alignment', 32)
-    info = []
-    for _ in range(nt):
-        name = rstr(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; t = rd('I'); off = rd('Q')
-        info.append((name, dims, t, off))
-    base = (pos[0] + align - 1) // align * align
-    offs = [base + off for _, _, _, off in info]
-    ts = {}
-    for i, (name, dims, t, off) in enumerate(info):
-        end = offs[i + 1] if i + 1 < len(info) else len(data)
-        ts[name] = (dims, t, data[base + off:end], base + off)
-    return kv, ts
-def floats(b, n): return list(struct.unpack_from('<%df' % n, b))
-PY
 
 # 1. synth Q4_K_M -> imatrix from a small text (3 chunks of 64 tokens)
 "$BIN" synth "${SHAPE[@]}" --type Q4_K_M --out "$tmp/q4.gguf" 2>/dev/null || bad "synth Q4_K_M"
@@ -64,9 +24,9 @@ done
 cmp -s "$tmp/im1.gguf" "$tmp/im2.gguf" && ok || bad "the imatrix depends on the thread count"
 
 # 2. the file: per-expert layout, counts and sums
-python3 - "$tmp" "$tmp/im1.gguf" <<'PY' && ok || bad "expert entries of the imatrix"
-import sys; sys.path.insert(0, sys.argv[1]); import gguf
-kv, ts = gguf.read(sys.argv[2])
+python3 - "$tmp/im1.gguf" <<'PY' && ok || bad "expert entries of the imatrix"
+import sys; import gguf_tensors as gguf
+kv, ts = gguf.read(sys.argv[1])
 n_tok, k, X = 3 * 64, 2, 8
 assert kv['general.type'] == 'imatrix' and kv['imatrix.chunk_count'] == 3 and kv['imatrix.chunk_size'] == 64, kv
 def entry(name):
@@ -109,9 +69,9 @@ PY
   --type Q8_0 --out "$tmp/x64.gguf" 2>/dev/null || bad "synth 64 experts"
 "$BIN" imatrix -m "$tmp/x64.gguf" -f "$TEXT" --ctx 16 --chunks 2 --threads 2 -o "$tmp/im64.gguf" >/dev/null 2>&1 \
   || bad "imatrix of 64 experts"
-python3 - "$tmp" "$tmp/im64.gguf" <<'PY' && ok || bad "unrouted experts"
-import sys; sys.path.insert(0, sys.argv[1]); import gguf
-kv, ts = gguf.read(sys.argv[2])
+python3 - "$tmp/im64.gguf" <<'PY' && ok || bad "unrouted experts"
+import sys; import gguf_tensors as gguf
+kv, ts = gguf.read(sys.argv[1])
 for l in range(2):
     for w, cols in (('ffn_gate_exps', 256), ('ffn_down_exps', 256)):
         n = 'blk.%d.%s.weight' % (l, w)
@@ -131,21 +91,21 @@ PY
 "$BIN" quantize "$tmp/f32.gguf" "$tmp/qb.gguf" Q4_K_M --imatrix "$tmp/im1.gguf" --threads 1 --quiet >/dev/null 2>&1 || bad "quantize --imatrix (again)"
 "$BIN" quantize "$tmp/f32.gguf" "$tmp/qn.gguf" Q4_K_M --threads 2 --quiet >/dev/null 2>&1 || bad "quantize"
 cmp -s "$tmp/qa.gguf" "$tmp/qb.gguf" && ok || bad "quantize --imatrix is not deterministic"
-python3 - "$tmp" "$tmp/im1.gguf" "$tmp/im-e3.gguf" <<'PY' || bad "writing the changed imatrix"
-import struct, sys; sys.path.insert(0, sys.argv[1]); import gguf
-kv, ts = gguf.read(sys.argv[2])
-data = bytearray(open(sys.argv[2], 'rb').read())
+python3 - "$tmp/im1.gguf" "$tmp/im-e3.gguf" <<'PY' || bad "writing the changed imatrix"
+import struct, sys; import gguf_tensors as gguf
+kv, ts = gguf.read(sys.argv[1])
+data = bytearray(open(sys.argv[1], 'rb').read())
 _, _, _, off = ts['blk.1.ffn_up_exps.weight.in_sum2']
 for j in range(256):   # expert 3's row: reweight its columns
     o = off + (3 * 256 + j) * 4
     v = struct.unpack_from('<f', data, o)[0]
     struct.pack_into('<f', data, o, v * (1 + (j % 7)) + 0.5 * (j % 3))
-open(sys.argv[3], 'wb').write(data)
+open(sys.argv[2], 'wb').write(data)
 PY
 "$BIN" quantize "$tmp/f32.gguf" "$tmp/qe.gguf" Q4_K_M --imatrix "$tmp/im-e3.gguf" --threads 2 --quiet >/dev/null 2>&1 || bad "quantize with the changed imatrix"
-python3 - "$tmp" "$tmp/qa.gguf" "$tmp/qn.gguf" "$tmp/qe.gguf" <<'PY' && ok || bad "quantize uses the experts' slices"
-import sys; sys.path.insert(0, sys.argv[1]); import gguf
-_, a = gguf.read(sys.argv[2]); _, n = gguf.read(sys.argv[3]); _, e = gguf.read(sys.argv[4])
+python3 - "$tmp/qa.gguf" "$tmp/qn.gguf" "$tmp/qe.gguf" <<'PY' && ok || bad "quantize uses the experts' slices"
+import sys; import gguf_tensors as gguf
+_, a = gguf.read(sys.argv[1]); _, n = gguf.read(sys.argv[2]); _, e = gguf.read(sys.argv[3])
 assert sorted(a) == sorted(n) == sorted(e)
 changed = [t for t in a if 'exps' in t and a[t][2] != n[t][2]]
 assert len(changed) == 12, changed   # every expert tensor of the 4 layers
@@ -161,9 +121,9 @@ PY
 # it loads and generates on both host backends
 "$BIN" synth "${SHAPE[@]}" --type IQ2_XXS --imatrix "$tmp/im1.gguf" --out "$tmp/iq2.gguf" 2>/dev/null || bad "synth IQ2_XXS --imatrix"
 "$BIN" quantize "$tmp/f32.gguf" "$tmp/iq2q.gguf" IQ2_XXS --imatrix "$tmp/im1.gguf" --threads 2 --quiet >/dev/null 2>&1 || bad "quantize IQ2_XXS"
-python3 - "$tmp" "$tmp/iq2.gguf" "$tmp/iq2q.gguf" <<'PY' && ok || bad "synth IQ2_XXS differs from quantize"
-import sys; sys.path.insert(0, sys.argv[1]); import gguf
-kd, d = gguf.read(sys.argv[2]); kq, q = gguf.read(sys.argv[3])
+python3 - "$tmp/iq2.gguf" "$tmp/iq2q.gguf" <<'PY' && ok || bad "synth IQ2_XXS differs from quantize"
+import sys; import gguf_tensors as gguf
+kd, d = gguf.read(sys.argv[1]); kq, q = gguf.read(sys.argv[2])
 assert sorted(d) == sorted(q)
 for t in d: assert d[t][:3] == q[t][:3], (t, d[t][:2], q[t][:2])
 assert d['blk.0.ffn_gate_exps.weight'][1] == 16   # iq2_xxs
@@ -185,13 +145,6 @@ out=$("$BIN" run --model "$tmp/iq2-3.gguf" --prompt "Hello" --max-tokens 3 --dev
   && ok || bad "run the pooled IQ2_XXS file: $out"
 
 # 6. refusals, one line each
-expect_error() {  # expect_error "<substring of stderr>" args...
-  local want=$1; shift
-  local err rc
-  err=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && [[ "$err" == *"$want"* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -le 2 ]; then ok
-  else bad "pocketllm $* -> rc=$rc stderr=[$err] (wanted '$want')"; fi
-}
 # a dense model's imatrix has no expert entries
 "$BIN" synth --arch qwen3 --preset 256:4:4:2:64:768 --vocab "$V" --seed 5 --threads 2 --type Q8_0 \
   --out "$tmp/dense.gguf" 2>/dev/null || bad "synth dense"

@@ -6,17 +6,7 @@
 set -uo pipefail
 BIN=$1 FIX=$2
 python3 "$(dirname "$0")/kv_cache.py" "$BIN" "$FIX" || exit 1
-fail=0 pass=0
-expect_error() {  # expect_error "<substring of stderr>" args...
-  local want=$1; shift
-  local err rc
-  err=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && [[ "$err" == *"$want"* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -le 2 ]; then
-    pass=$((pass+1))
-  else
-    echo "FAIL: pocketllm $* -> rc=$rc stderr=[$err] (wanted '$want')"; fail=$((fail+1))
-  fi
-}
+. "$(dirname "$0")/lib.sh"
 M=$FIX/models/tiny-qwen3-f16.gguf
 # a typo stops the command before the model is opened (the model path does not exist)
 expect_error "unknown --cache-type-k 'q5_0'" run --model /nonexistent.gguf --prompt hi --cache-type-k q5_0
@@ -26,9 +16,9 @@ expect_error "unknown --cache-type-v 'bf16'" serve --model /nonexistent.gguf --p
 expect_error "option --cache-type-k needs a value" run --model "$M" --prompt hi --cache-type-k
 # bench: the types in the JSON objects
 out=$("$BIN" bench --model "$M" -p 16 -n 4 -r 1 -ctk q8_0 -ctv q4_0 --json 2>/dev/null)
-if [[ "$out" == *'"type_k": "q8_0", "type_v": "q4_0"'* ]]; then pass=$((pass+1)); else echo "FAIL: bench --json: $out"; fail=$((fail+1)); fi
+if [[ "$out" == *'"type_k": "q8_0", "type_v": "q4_0"'* ]]; then ok; else bad "bench --json: $out"; fi
 # fit: the cache type is part of the plan, and run --memory refuses exactly as it says
-python3 - "$BIN" "$FIX/models" <<'PY' && pass=$((pass+1)) || { echo "FAIL: fit with cache types"; fail=$((fail+1)); }
+python3 - "$BIN" "$FIX/models" <<'PY' && ok || bad "fit with cache types"
 import json, subprocess, sys
 b, models = sys.argv[1], sys.argv[2]
 fit = lambda m, *a: json.loads(subprocess.check_output([b, "fit", "--model", m, "--threads", "2", "--json", *a]))

@@ -6,35 +6,17 @@
 # the file size); the result loads and generates; bad expert options are
 # refused with one line.
 BIN=$1 FIX=$2
-fail=0 pass=0
-ok() { pass=$((pass+1)); }
-bad() { echo "FAIL: $*"; fail=$((fail+1)); }
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 V="$FIX/models/tiny-qwen3-f16.gguf"
 
 # name -> ggml type of every tensor, and general.file_type
 types() {
   python3 - "$1" <<'PY'
-import struct, sys
-f = open(sys.argv[1], 'rb')
-def rd(fmt): return struct.unpack('<' + fmt, f.read(struct.calcsize('<' + fmt)))[0]
-def rstr(): return f.read(rd('Q')).decode()
-SIZES = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
-def val(t):
-    if t == 8: return rstr()
-    if t == 9:
-        et, n = rd('I'), rd('Q')
-        return [val(et) for _ in range(n)]
-    return rd(SIZES[t])
-assert f.read(4) == b'GGUF' and rd('I') == 3
-nt, nkv = rd('Q'), rd('Q')
-ft = None
-for _ in range(nkv):
-    k = rstr(); v = val(rd('I'))
-    if k == 'general.file_type': ft = v
-print('file_type', ft)
-for _ in range(nt):
-    name = rstr(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; t = rd('I'); rd('Q')
+import sys, gguf_tensors
+kv, ts = gguf_tensors.read(sys.argv[1])
+print('file_type', kv.get('general.file_type'))
+for name, (dims, t, _, _) in ts.items():
     print(name, t, 'x'.join(map(str, dims)))
 PY
 }
@@ -101,45 +83,18 @@ diff -q "$tmp/direct.types" "$tmp/pool3.types" >/dev/null && ok || bad "--distin
 [ "$(stat -c %s "$tmp/direct.gguf")" = "$(stat -c %s "$tmp/pool3.gguf")" ] && ok || bad "--distinct-rows changed the file size"
 cmp -s "$tmp/direct.gguf" "$tmp/pool3.gguf" && bad "--distinct-rows 3 wrote the same bytes" || ok
 python3 - "$tmp/pool3.gguf" <<'PY' && ok || bad "distinct rows of the pooled matrices"
-import struct, sys
-f = open(sys.argv[1], 'rb'); data = f.read()
-pos = 0
-def rd(fmt):
-    global pos
-    v = struct.unpack_from('<' + fmt, data, pos); pos += struct.calcsize('<' + fmt); return v[0]
-def rstr():
-    global pos
-    n = rd('Q'); s = data[pos:pos + n].decode(); pos += n; return s
-SIZES = {0: 'B', 1: 'b', 2: 'H', 3: 'h', 4: 'I', 5: 'i', 6: 'f', 7: '?', 10: 'Q', 11: 'q', 12: 'd'}
-def skip(t):
-    if t == 8: rstr(); return
-    if t == 9:
-        et, n = rd('I'), rd('Q')
-        for _ in range(n): skip(et)
-        return
-    rd(SIZES[t])
-assert data[:4] == b'GGUF'; pos = 8
-nt, nkv = rd('Q'), rd('Q')
-align = 32
-for _ in range(nkv):
-    k = rstr(); t = rd('I')
-    if k == 'general.alignment': align = rd('I')
-    else: skip(t)
-ts = []
-for _ in range(nt):
-    name = rstr(); nd = rd('I'); dims = [rd('Q') for _ in range(nd)]; t = rd('I'); off = rd('Q')
-    ts.append((name, dims, t, off))
-base = (pos + align - 1) // align * align
+import sys, gguf_tensors
+_, tensors = gguf_tensors.read(sys.argv[1])
 BLK = {12: (256, 144), 14: (256, 210)}   # q4_K, q6_K: (block elements, bytes)
 checked = 0
-for name, dims, t, off in ts:
+for name, (dims, t, data, _) in tensors.items():
     if t not in BLK or len(dims) < 2: continue
     be, bb = BLK[t]
     rb = dims[0] // be * bb
     rows = 1
     for d in dims[1:]: rows *= d
     if rows <= 3: continue
-    got = {data[base + off + r * rb: base + off + (r + 1) * rb] for r in range(rows)}
+    got = {data[r * rb:(r + 1) * rb] for r in range(rows)}
     if len(got) > 3: sys.exit(f'{name}: {len(got)} distinct rows of {rows}')
     checked += 1
 sys.exit(0 if checked >= 10 else f'only {checked} matrices checked')
@@ -148,13 +103,6 @@ out=$("$BIN" run --model "$tmp/pool3.gguf" --prompt "Hello" --max-tokens 3 --dev
   && ok || bad "run of the pooled file: $out"
 
 # 4. bad options: one line, non-zero
-expect_error() {  # expect_error "<substring of stderr>" args...
-  local want=$1; shift
-  local err rc
-  err=$("$BIN" "$@" 2>&1 >/dev/null); rc=$?
-  if [ $rc -ne 0 ] && [[ "$err" == *"$want"* ]] && [ "$(printf '%s\n' "$err" | grep -c .)" -le 2 ]; then ok
-  else bad "pocketllm $* -> rc=$rc stderr=[$err] (wanted '$want')"; fi
-}
 expect_error "needs --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "bad --experts" synth --arch qwen3moe --preset 256:2:4:2:64:768 --experts 4:5:8 --vocab "$V" --out "$tmp/x.gguf"
 expect_error "--experts is for" synth --arch qwen3 --preset 256:2:4:2:64:768 --experts 4:2:8 --vocab "$V" --out "$tmp/x.gguf"
