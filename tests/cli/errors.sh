@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CLI errors are one clear line on stderr and a non-zero exit status.
 BIN=$1 FIX=$2
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 expect_error "no-such.gguf" run --model "$tmp/no-such.gguf" --prompt hi
 expect_error "unknown command" frobnicate

@@ -7,7 +7,7 @@
 # writes from the same rows, loads and generates; and imatrices of the wrong
 # shape, or missing a tensor the type needs, are refused with one line.
 BIN=$1 FIX=$2
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 V="$FIX/models/tiny-qwen3-f16.gguf"
 TEXT="$FIX/ladder/calib.txt"

@@ -6,7 +6,7 @@
 set -uo pipefail
 BIN=$1 FIX=$2
 python3 "$(dirname "$0")/kv_cache.py" "$BIN" "$FIX" || exit 1
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 M=$FIX/models/tiny-qwen3-f16.gguf
 # a typo stops the command before the model is opened (the model path does not exist)
 expect_error "unknown --cache-type-k 'q5_0'" run --model /nonexistent.gguf --prompt hi --cache-type-k q5_0

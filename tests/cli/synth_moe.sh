@@ -6,7 +6,7 @@
 # the file size); the result loads and generates; bad expert options are
 # refused with one line.
 BIN=$1 FIX=$2
-. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/lib.bash"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 V="$FIX/models/tiny-qwen3-f16.gguf"
 

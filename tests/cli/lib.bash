@@ -2,6 +2,7 @@
 # ok / bad, expect_error, and a PYTHONPATH under which the scripts' Python
 # checks read GGUF files with the repository's own reader
 # (tests/cli/gguf_tensors.py over python/pocketllm/gguf.py).
+# (Named .bash, not .sh: tests/CMakeLists.txt makes every tests/cli/*.sh a test.)
 fail=0 pass=0
 ok() { pass=$((pass+1)); }
 bad() { echo "FAIL: $*"; fail=$((fail+1)); }
