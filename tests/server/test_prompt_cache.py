@@ -215,6 +215,32 @@ def test_concurrent_requests_sharing_a_system_prompt(make_server):
     assert any(cached(g[2]) > 0 for g in got)
 
 
+def test_prefix_copied_from_another_slot(make_server):
+    # A prompt whose prefix an idle slot holds, but that lands in another slot
+    # (the prefix covers less than --slot-prompt-similarity of it): the rows
+    # are copied slot to slot instead of prefilled. Same tokens as a server
+    # that never caches, and the copied prefix counts as cached.
+    a = make_server("--parallel", "2", "--slot-prompt-similarity", "0.99", "--metrics")
+    b = make_server("--parallel", "1", "--no-prompt-cache")
+    first, second = LONG, LONG[:150] + " the tandem appeared, and then the folding bicycle."
+    ref1, _, _ = complete(b, first)
+    ref2, _, _ = complete(b, second)
+    got1, u1, _ = complete(a, first)
+    assert got1 == ref1 and cached(u1) == 0
+    got2, u2, _ = complete(a, second)
+    assert got2 == ref2
+    common = lcp(tokenize(a, first), tokenize(a, second))
+    n2 = len(tokenize(a, second))
+    assert 16 <= common < 0.99 * n2, (common, n2)   # the case: below the similarity rule, worth a copy
+    assert cached(u2) == common
+    m = a.metrics()
+    assert m["pocketllm:prompt_cache_shared_hits_total"] == 1, m
+    assert m["pocketllm:prompt_cache_shared_tokens_total"] == common
+    # the slot that held the prefix is untouched: its own prompt still reuses all but its last token
+    again, u3, _ = complete(a, first)
+    assert again == ref1 and cached(u3) == len(tokenize(a, first)) - 1
+
+
 def test_full_context(make_server):
     s = make_server("--parallel", "1", "--ctx", "64")
     p = LONG[:150]

@@ -245,6 +245,7 @@ typedef struct pl_srv {
     double rate;
     /* prompt cache and latency metrics (issue 17), guarded by mu */
     uint64_t m_prompt_all, m_cache_hits, m_cache_queries, m_cache_tok, m_success;
+    uint64_t m_share_hits, m_share_tok; /* prefixes copied from another slot (share_prefix) */
     uint64_t m_status[6];        /* HTTP answers by class: [4] 4xx, [5] 5xx */
     uint64_t m_err_code[8];      /* error answers by code, see pl_srv_count_status */
     pl_srv_hist h_ttft, h_itl;

@@ -37,7 +37,8 @@
  * prefill (tests/server/test_prompt_cache.py checks token identity).
  * With --cache-ram, what a slot held past the reused prefix is first copied
  * to host memory, and a prompt that a kept prefix covers further than its
- * slot does gets those rows copied back (server_spill.c).
+ * slot does gets those rows copied back (server_spill.c). Last, a longer
+ * prefix that another slot holds is copied from that slot (share_prefix).
  */
 #include "server.h"
 #include <math.h>
@@ -278,6 +279,55 @@ static int pick_slot(pl_srv *s, const pl_srv_seq *q, size_t *reuse) {
     return slot;
 }
 
+/* Prefixes shorter than this are left to the prefill (a copy of a few rows
+ * saves less than the search and the copy cost). */
+#define SHARE_MIN_TOKENS 16
+
+/* Under s->mu, at admission, after q's slot holds its own reusable prefix
+ * (reuse tokens, its own cache and --cache-ram's): when another slot holds a
+ * longer prefix of q's prompt -- a busy slot's prompt rows already computed,
+ * or an idle slot's cache that q did not take -- those rows are copied slot
+ * to slot (pl_model_kv_read / pl_model_kv_write) instead of prefilled. The
+ * case: concurrent conversations sharing a system prompt, each new one
+ * landing in a slot that does not hold it. The rows are the bytes the other
+ * slot computed for the same tokens at the same positions, as a slot's own
+ * cache is. Returns the new reuse (the old one if nothing was copied). */
+static size_t share_prefix(pl_srv *s, const pl_srv_seq *q, int slot, size_t reuse) {
+    if (!s->cfg.prompt_cache || !q->req->cache_prompt || q->n_prompt < 2) return reuse;
+    size_t want = q->n_prompt - 1;   /* the last prompt token is evaluated again */
+    size_t best = reuse;
+    int src = -1;
+    for (int i = 0; i < s->n_seq; i++) {
+        if (i == slot) continue;
+        const int32_t *tok;
+        size_t n;
+        const pl_srv_seq *p = s->slot_seq[i];
+        if (p) { tok = p->prompt; n = p->n_prompt; }
+        else { tok = s->slot_tok[i]; n = s->slot_cached[i] > 0 ? (size_t)s->slot_cached[i] : 0; }
+        int32_t len = pl_model_kv_len(s->model, i);   /* rows computed so far */
+        if (len <= 0 || !tok) continue;
+        if (n > (size_t)len) n = (size_t)len;
+        if (n > want) n = want;
+        if (n <= best) continue;
+        size_t c = 0;
+        while (c < n && tok[c] == q->prompt[c]) c++;
+        if (c > best) { best = c; src = i; }
+    }
+    if (src < 0 || best - reuse < SHARE_MIN_TOKENS) return reuse;
+    size_t pb = pl_model_kv_pos_bytes(s->model), n = best - reuse;
+    char *buf = pb ? malloc(n * pb) : NULL;
+    bool ok = buf && pl_model_kv_read(s->model, src, (int32_t)reuse, (int32_t)n, buf, n * pb) == PL_OK &&
+              pl_model_kv_write(s->model, slot, (int32_t)reuse, (int32_t)n, buf, n * pb) == PL_OK;
+    free(buf);
+    if (!ok) {
+        pl_model_kv_truncate(s->model, slot, (int32_t)reuse);
+        return reuse;
+    }
+    s->m_share_hits++;
+    s->m_share_tok += n;
+    return best;
+}
+
 /* Under s->mu: drops cancelled requests from the queue, then admits from the
  * head while enough slots are free. */
 static void admit(pl_srv *s) {
@@ -318,6 +368,7 @@ static void admit(pl_srv *s) {
              * only; what it held past them is prefilled over. */
             pl_model_kv_truncate(s->model, slot, (int32_t)reuse);
             reuse = pl_srv_spill_restore(s, q, slot, reuse);
+            reuse = share_prefix(s, q, slot, reuse);
             s->slot_cached[slot] = (int32_t)reuse;
             s->slot_pos[slot] = (int32_t)reuse;
             q->n_cached = reuse;
@@ -726,6 +777,10 @@ void pl_srv_metrics_text(pl_srv *s, pl_srv_buf *o) {
          (double)s->m_cache_hits},
         {"pocketllm:prompt_cache_tokens_total", "counter", "Prompt tokens reused from the prompt cache.",
          (double)s->m_cache_tok},
+        {"pocketllm:prompt_cache_shared_hits_total", "counter",
+         "Sequences that copied a prompt prefix from another slot instead of prefilling it.", (double)s->m_share_hits},
+        {"pocketllm:prompt_cache_shared_tokens_total", "counter",
+         "Prompt tokens copied from another slot's cache instead of prefilled.", (double)s->m_share_tok},
         {"pocketllm:prompt_cache_ram_hits_total", "counter",
          "Sequences that restored a prompt prefix from host memory (--cache-ram).", (double)s->m_spill_hits},
         {"pocketllm:prompt_cache_ram_tokens_total", "counter",
