@@ -22,6 +22,11 @@
  * either makes the sweep ALU-bound: the lookup version, keeping the file's
  * 1.69 bits per weight, measured 10-20% slower in decode and ~40% slower in
  * prefill than the expanded 2.06 bits (bench/RESULTS.md, git history).
+ * Since then the compact layout re-encodes each byte at load (same 5 trits,
+ * same size; cpu_packed_tq.c) so that 3 permutes give 5 trits instead of 10:
+ * the default (PL_CPU_TQ1DEC=0: ggml's code and the 10-permute kernel), its
+ * kernel ~27% fewer cycles than the 10-permute one in decode, a little under
+ * tq2_0's per token.
  *
  * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
  * attribute and run only after pl_cpu_has_vnni512().
