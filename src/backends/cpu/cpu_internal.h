@@ -384,6 +384,17 @@ void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1
 void pl_cpu_gemm_tqx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                             int64_t c0, int64_t c1, float *dst, int64_t N);
 #endif
+/* PL_PACK_TQ1_X16's byte code (cpu_packed_tq.c): where pl_cpu_tq1_lut4()
+ * (default; PL_CPU_TQ1DEC=0 for ggml's code) vectors 0..11 of a block hold
+ * pl_tq1c_encode() of their 5 trits, decoded by pl_tq1c_fields (t0..t3 as
+ * 2-bit fields, the whole byte) and pl_tq1c_t4 (t4, the low 6 bits), and
+ * vector 12 its 4 trits as 2-bit fields. pl_cpu_tq1_lut4_mode >= 0 overrides
+ * the switch (tests; set it before packing, keep it while computing). */
+extern int pl_cpu_tq1_lut4_mode;
+bool pl_cpu_tq1_lut4(void);
+uint8_t pl_tq1c_encode(const uint8_t t[5]);
+extern const uint8_t pl_tq1c_fields[256];
+extern const uint8_t pl_tq1c_t4[64];
 
 /* iq2_xxs -> PL_PACK_IQ2XXS_X16 (cpu_packed_iq.c packs, cpu_packed_iq_avx2.c
  * computes): 16 rows per panel, the file's bits reordered (1056 bytes a panel

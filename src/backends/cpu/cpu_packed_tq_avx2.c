@@ -22,6 +22,11 @@
  * either makes the sweep ALU-bound: the lookup version, keeping the file's
  * 1.69 bits per weight, measured 10-20% slower in decode and ~40% slower in
  * prefill than the expanded 2.06 bits (bench/RESULTS.md, git history).
+ * Since then the compact layout re-encodes each byte at load (same 5 trits,
+ * same size; cpu_packed_tq.c) so that 3 permutes give 5 trits instead of 10:
+ * the default (PL_CPU_TQ1DEC=0: ggml's code and the 10-permute kernel), its
+ * kernel ~27% fewer cycles than the 10-permute one in decode, a little under
+ * tq2_0's per token.
  *
  * Compiled with -mavx2 -mfma -mf16c; the functions carry the AVX-512 target
  * attribute and run only after pl_cpu_has_vnni512().
@@ -264,8 +269,150 @@ PL_VBMI_AI void pl_tq1_gemm_panel(int64_t nb, const uint8_t *codes, const uint16
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
 }
 
+/* ---- tq1_0 in the lookup code (pl_cpu_tq1_lut4(), cpu_packed_tq.c) ----------------
+ *
+ * Per 64-byte vector (5 chunks of every row): two vpermi2b and a blend give
+ * t0..t3 as 2-bit fields, one vpermb on the low 6 bits gives t4, and the
+ * fields go to vpdpbusd unshifted: field j is 4^j t_j (at most 128, still an
+ * unsigned byte), its chain adds 4^j sum(t_j q8) and is shifted back (exact:
+ * a multiple of 4^j, |sum| < 2^21) once per block. 3 permutes (port 5), 5
+ * ANDs / blend, 5 vpdpbusd and one mask move per 320 weights, where ggml's
+ * code takes 10 permutes and 5 blends: sumi is the same integer, the float
+ * steps are unchanged. */
+typedef struct pl_tq1c_tabs {
+    __m512i f[4], t4;
+} pl_tq1c_tabs;
+
+PL_VBMI_AI void pl_tq1c_tabs_load(pl_tq1c_tabs *T) {
+    for (int i = 0; i < 4; i++) T->f[i] = _mm512_load_si512(pl_tq1c_fields + 64 * i);
+    T->t4 = _mm512_load_si512(pl_tq1c_t4);
+}
+
+/* t0..t3 of every code byte of bv, as 2-bit fields */
+PL_VBMI_AI __m512i pl_tq1c_fields4(const pl_tq1c_tabs *T, __m512i bv) {
+    const __m512i lo = _mm512_permutex2var_epi8(T->f[0], bv, T->f[1]);
+    const __m512i hi = _mm512_permutex2var_epi8(T->f[2], bv, T->f[3]);
+    return _mm512_mask_blend_epi8(_mm512_movepi8_mask(bv), lo, hi);
+}
+
+/* One panel, one activation row: chains acc[j][u & 1] hold 4^j sum(t_j q8)
+ * (j = 4: t4, scale 1). */
+PL_VBMI_AI __m512 pl_tq1c_gemv_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *y,
+                                     const pl_tq1c_tabs *T) {
+    const __m512i m[4] = {_mm512_set1_epi8(0x03), _mm512_set1_epi8(0x0C), _mm512_set1_epi8(0x30),
+                          _mm512_set1_epi8((char)0xC0)};
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * PL_TQ1X_BLOCK;
+        const int8_t *q = y[b].b.qs;
+        __m512i acc[5][2];
+        PL_UNROLL
+        for (int j = 0; j < 5; j++) acc[j][0] = acc[j][1] = _mm512_setzero_si512();
+        acc[0][0] = _mm512_set1_epi32(pl_neg_bsum(&y[b]));
+        PL_UNROLL
+        for (int u = 0; u < 12; u++) {
+            const __m512i bv = pl_ld512_t(xb + 64 * u);
+            const __m512i f = pl_tq1c_fields4(T, bv);
+            const __m512i t4 = _mm512_permutexvar_epi8(bv, T->t4);
+            PL_UNROLL
+            for (int j = 0; j < 4; j++) acc[j][u & 1] = pl_dpt(acc[j][u & 1], _mm512_and_si512(f, m[j]), q + 20 * u + 4 * j);
+            acc[4][u & 1] = pl_dpt(acc[4][u & 1], t4, q + 20 * u + 16);
+        }
+        {   /* chunks 60..63: the fields themselves */
+            const __m512i f = pl_ld512_t(xb + 64 * 12);
+            PL_UNROLL
+            for (int j = 0; j < 4; j++) acc[j][0] = pl_dpt(acc[j][0], _mm512_and_si512(f, m[j]), q + 240 + 4 * j);
+        }
+        __m512i s = _mm512_add_epi32(_mm512_add_epi32(acc[0][0], acc[0][1]), _mm512_add_epi32(acc[4][0], acc[4][1]));
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(acc[1][0], acc[1][1]), 2));
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(acc[2][0], acc[2][1]), 4));
+        s = _mm512_add_epi32(s, _mm512_srai_epi32(_mm512_add_epi32(acc[3][0], acc[3][1]), 6));
+        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b))),
+                                        _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dd, accf);
+    }
+    return accf;
+}
+
+/* One panel, R activation rows: the trits of a vector unpacked once (shifted
+ * down to 0..2) for all rows, two chains per row. */
+PL_VBMI_AI void pl_tq1c_gemm_panel(int64_t nb, const uint8_t *codes, const uint16_t *scales, const pl_q8kx *const *y,
+                                   float *d, int64_t ldd, __mmask16 mk, const pl_tq1c_tabs *T, const int R) {
+    const __m512i m3 = _mm512_set1_epi8(3);
+    __m512 accf[4];
+    PL_UNROLL
+    for (int c = 0; c < R; c++) accf[c] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *xb = codes + b * PL_TQ1X_BLOCK;
+        __m512i a[4][2];
+        PL_UNROLL
+        for (int c = 0; c < R; c++) {
+            a[c][0] = _mm512_set1_epi32(pl_neg_bsum(&y[c][b]));
+            a[c][1] = _mm512_setzero_si512();
+        }
+        PL_UNROLL
+        for (int u = 0; u < 13; u++) {
+            const __m512i bv = pl_ld512_t(xb + 64 * u);
+            const __m512i f = u < 12 ? pl_tq1c_fields4(T, bv) : bv;
+            __m512i t[5];
+            t[0] = _mm512_and_si512(f, m3);
+            t[1] = _mm512_and_si512(_mm512_srli_epi16(f, 2), m3);
+            t[2] = _mm512_and_si512(_mm512_srli_epi16(f, 4), m3);
+            t[3] = _mm512_and_si512(_mm512_srli_epi16(f, 6), m3);
+            t[4] = _mm512_permutexvar_epi8(bv, T->t4);
+            PL_UNROLL
+            for (int k = 0; k < 5; k++) {
+                if (u == 12 && k == 4) break;
+                PL_UNROLL
+                for (int c = 0; c < R; c++) a[c][k & 1] = pl_dpt(a[c][k & 1], t[k], y[c][b].b.qs + 20 * u + 4 * k);
+            }
+        }
+        const __m512 d0 = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(scales + 16 * b)));
+        PL_UNROLL
+        for (int c = 0; c < R; c++)
+            accf[c] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(a[c][0], a[c][1])),
+                                      _mm512_mul_ps(d0, _mm512_set1_ps(y[c][b].b.d)), accf[c]);
+    }
+    PL_UNROLL
+    for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
+}
+
+PL_VBMI static void pl_gemm_tq1c(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
+                                 int64_t c0, int64_t c1, float *dst, int64_t N) {
+    const int64_t nb = K / QK_K;
+    const size_t pb = pl_tq1x_panel_bytes(K);
+    pl_tq1c_tabs T;
+    pl_tq1c_tabs_load(&T);
+    for (int64_t p = p0; p < p1; p++) {
+        const uint8_t *codes = w + (size_t)p * pb;
+        const uint16_t *scales = (const uint16_t *)(codes + nb * PL_TQ1X_BLOCK);
+        const __mmask16 mk = pl_panel_mask_t(p, N);
+        if (c1 - c0 == 1) {
+            const __m512 r = pl_tq1c_gemv_panel(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as), &T);
+            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
+            continue;
+        }
+        for (int64_t c = c0; c < c1; c += 4) {
+            const pl_q8kx *y[4];
+            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
+            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
+            float *d = dst + c * N + PL_KQX_ROWS * p;
+            switch (R) {
+                case 4: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 4); break;
+                case 3: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 3); break;
+                case 2: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 2); break;
+                default: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 1); break;
+            }
+        }
+    }
+}
+
 PL_VBMI void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
+    if (pl_cpu_tq1_lut4()) {
+        pl_gemm_tq1c(K, w, p0, p1, a, as, c0, c1, dst, N);
+        return;
+    }
     const int64_t nb = K / QK_K;
     const size_t pb = pl_tq1x_panel_bytes(K);
     pl_tq1_tabs T;
