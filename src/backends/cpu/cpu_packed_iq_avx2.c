@@ -576,13 +576,13 @@ PL_IQX_AI __m512i pl_iqx_c2_map8(int w) {
     return _mm512_set1_epi64((int64_t)(b0 << 32 | b1 << 24));
 }
 
-/* 8 sum (g + 1) q8 of row r over the pair (ixa, ixb: the grid indices of its groups a, b, dword
- * lane r = row r), q: the pair's 16 transposed q8 codes */
-PL_IQX_DEC_AI __m512i pl_iqx_iq1_pair(__m512i ixa, __m512i ixb, const int8_t *q) {
+/* init + 8 sum (g + 1) q8 of row r over the pair (ixa, ixb: the grid indices of its groups a, b,
+ * dword lane r = row r), q: the pair's 16 transposed q8 codes */
+PL_IQX_DEC_AI __m512i pl_iqx_iq1_pair(__m512i ixa, __m512i ixb, const int8_t *q, __m512i init) {
     const __m512i ga = _mm512_i32gather_epi32(ixa, (const void *)(pl_iqx_iq1_c2 + 1), 2);
     const __m512i gb = _mm512_i32gather_epi32(ixb, (const void *)pl_iqx_iq1_c2, 2);
     const __m512i c = _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, ga, gb);
-    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    __m512i acc[2] = {init, _mm512_setzero_si512()};
     PL_UNROLL
     for (int w = 0; w < 4; w++) {
         int32_t qa;
@@ -598,6 +598,9 @@ PL_IQX_AI void pl_iqx_q8_transpose_iq1(const int8_t *q8, int8_t *buf) {
     PL_UNROLL
     for (int t = 0; t < 4; t++)
         _mm512_store_si512((void *)(buf + 64 * t), _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(q8 + 64 * t)), qt));
+    /* read back from memory: each dword is then one broadcast load (vpdpbusd {1to16}); forwarded
+     * from the registers it compiled to a shift and a vpbroadcastd a dword, 2 more port-5 uops */
+    __asm__ volatile("" ::: "memory");
 }
 
 /* iq1_s, one row: sub-block s = pairs 2 s, 2 s + 1; S = 8 D + (delta - 8) B as in the tile, with
@@ -605,10 +608,15 @@ PL_IQX_AI void pl_iqx_q8_transpose_iq1(const int8_t *q8, int8_t *buf) {
 PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
                                    __mmask16 mk) {
     __attribute__((aligned(64))) int8_t qtb[256];
+    __attribute__((aligned(64))) int32_t cb[16];
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1SX_CODES;
         const uint16_t *qh = (const uint16_t *)(q + 512);
+        /* cb[s] = -7 B, cb[8 + s] = 2 B of sub-block s: broadcast loads below */
+        const __m256i B32 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)y[b].bsum32));
+        _mm256_store_si256((__m256i *)cb, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_mullo_epi32(B32, _mm256_set1_epi32(7))));
+        _mm256_store_si256((__m256i *)(cb + 8), _mm256_add_epi32(B32, B32));
         pl_iqx_q8_transpose_iq1(y[b].b.qs, qtb);
         __m512i bsum = _mm512_setzero_si512();
         PL_UNROLL
@@ -624,11 +632,9 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
                 ix[l] = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * (4 * s + l)))),
                                                   hb, m7, 0xF8);   /* a | (b & c) */
             }
-            const __m512i D = _mm512_add_epi32(pl_iqx_iq1_pair(ix[0], ix[1], qtb + 32 * s),
-                                               pl_iqx_iq1_pair(ix[2], ix[3], qtb + 32 * s + 16));
-            const int32_t B = y[b].bsum32[s];
-            __m512i S = _mm512_add_epi32(D, _mm512_set1_epi32(-7 * B));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)), S, _mm512_set1_epi32(2 * B));
+            __m512i S = _mm512_add_epi32(pl_iqx_iq1_pair(ix[0], ix[1], qtb + 32 * s, _mm512_set1_epi32(cb[s])),
+                                         pl_iqx_iq1_pair(ix[2], ix[3], qtb + 32 * s + 16, _mm512_setzero_si512()));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)), S, _mm512_set1_epi32(cb[8 + s]));
             const __m512i ls = _mm512_and_si512(_mm512_srli_epi32(h, 11), _mm512_set1_epi32(14));
             bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_or_si512(ls, _mm512_set1_epi32(1))));
         }
@@ -644,19 +650,32 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
  * 8 D - 7 B16 - 2 (B_a if a's sign + B_b if b's sign), B_g the q8 sum of group g (8 weights). */
 PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8kx *y, float *d, __mmask16 mk) {
     __attribute__((aligned(64))) int8_t qtb[256];
-    __attribute__((aligned(64))) int32_t q4[64];
+    __attribute__((aligned(64))) int32_t cb[48];
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
         const uint16_t *sc = (const uint16_t *)(q + 768);
+        /* cb[k] = -7 B16 of scale k, cb[16 + g] = 2 B_g of group g (the q8 sum of its 8 codes):
+         * broadcast loads below */
+        {
+            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+            __m512i q4[4];   /* dword i: the sum of q8 codes 4 i .. 4 i + 3 of the 64 in zmm t */
+            PL_UNROLL
+            for (int t = 0; t < 4; t++)
+                q4[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512((const void *)(y[b].b.qs + 64 * t)));
+            PL_UNROLL
+            for (int t = 0; t < 2; t++) {
+                const __m512i g = _mm512_add_epi32(_mm512_permutex2var_epi32(q4[2 * t], even, q4[2 * t + 1]),
+                                                   _mm512_permutex2var_epi32(q4[2 * t], odd, q4[2 * t + 1]));
+                _mm512_store_si512((void *)(cb + 16 + 16 * t), _mm512_add_epi32(g, g));
+            }
+            const __m512i B16 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[b].b.bsums));
+            _mm512_store_si512((void *)cb, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(B16, _mm512_set1_epi32(7))));
+        }
         pl_iqx_q8_transpose_iq1(y[b].b.qs, qtb);
-        /* q4[i] = the sum of q8 codes 4 i .. 4 i + 3: B_g = q4[2 g] + q4[2 g + 1] */
-        PL_UNROLL
-        for (int t = 0; t < 4; t++)
-            _mm512_store_si512((void *)(q4 + 16 * t), _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1),
-                                                                          _mm512_loadu_si512((const void *)(y[b].b.qs + 64 * t))));
         __m512i bsum = _mm512_setzero_si512();
-        PL_UNROLL
+        _Pragma("GCC unroll 4")
         for (int k = 0; k < 16; k++) {
             if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
             const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
@@ -665,11 +684,9 @@ PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8k
                                                           _mm512_slli_epi32(x, 8), m7, 0xF8);
             const __m512i ixb = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * k + 16))),
                                                           _mm512_slli_epi32(x, 4), m7, 0xF8);
-            const __m512i D = pl_iqx_iq1_pair(ixa, ixb, qtb + 16 * k);
-            const int32_t Ba = q4[4 * k] + q4[4 * k + 1], Bb = q4[4 * k + 2] + q4[4 * k + 3];
-            __m512i S = _mm512_add_epi32(D, _mm512_set1_epi32(-7 * y[b].b.bsums[k]));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x08)), S, _mm512_set1_epi32(2 * Ba));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80)), S, _mm512_set1_epi32(2 * Bb));
+            __m512i S = pl_iqx_iq1_pair(ixa, ixb, qtb + 16 * k, _mm512_set1_epi32(cb[k]));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x08)), S, _mm512_set1_epi32(cb[16 + 2 * k]));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80)), S, _mm512_set1_epi32(cb[17 + 2 * k]));
             const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
             const __m512i s3 = _mm512_and_si512(_mm512_srli_epi32(sw, 3 * (k % 4)), _mm512_set1_epi32(7));
             bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_add_epi32(_mm512_add_epi32(s3, s3), _mm512_set1_epi32(1))));
