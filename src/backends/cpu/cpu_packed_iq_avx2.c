@@ -688,8 +688,10 @@ PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8k
             S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x08)), S, _mm512_set1_epi32(cb[16 + 2 * k]));
             S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80)), S, _mm512_set1_epi32(cb[17 + 2 * k]));
             const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
-            const __m512i s3 = _mm512_and_si512(_mm512_srli_epi32(sw, 3 * (k % 4)), _mm512_set1_epi32(7));
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_add_epi32(_mm512_add_epi32(s3, s3), _mm512_set1_epi32(1))));
+            /* 2 s + 1: the 3 bits at 3 (k % 4) moved to bits 1-3, | 1 */
+            const __m512i s2 = k % 4 ? _mm512_srli_epi32(sw, 3 * (k % 4) - 1) : _mm512_slli_epi32(sw, 1);
+            const __m512i ls = _mm512_ternarylogic_epi32(s2, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, ls));
         }
         const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
         const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
