@@ -9,7 +9,8 @@
  *      build-perf/lib/libpocketllm.a -ljansson -lm -lpthread -o build-perf/bench_iq_decode
  * Usage: bench_iq_decode [K N [M...]]   (env BENCH_TYPES=iq2_xxs,q2_K, BENCH_THREADS=1, BENCH_WALL=1;
  * the "original" rows run with the prepared layouts off for that type; PL_CPU_IQDEC=0 gives the
- * prepared iq2_xxs / iq2_xs weights the gather tile at M = 1 too, the before of the one-row kernels)
+ * prepared iq2_xxs / iq2_xs weights the gather tile at M = 1 too, the before of the one-row kernels;
+ * PL_CPU_IQ1DEC=0 does the same for iq1_s / iq1_m alone)
  */
 #include "bench_kernel_util.h"
 

@@ -603,6 +603,37 @@ static void test_ladder_iq_tiles(void) {
  * as its own weight, cpu_repack.c): against ref, against the same context
  * without preparation, one token at a time == the batch bit for bit (tokens
  * grouped by expert must not change a token's numbers), ids checked. */
+/* The iq1 weights of test_prepared_iq_one_row reach every grid index (the one-row kernels gather
+ * 16-bit entries at 2 i and 2 i - 2: the first and last entries and the padding matter), both delta
+ * signs and every 3-bit scale, so a wrong table entry or bit position cannot hide. */
+static void iq1_check_coverage(pl_dtype dt, const char *wq, int64_t K, int64_t N) {
+    static unsigned char seen[2048];
+    unsigned scales = 0, deltas = 0;
+    memset(seen, 0, sizeof seen);
+    for (int64_t n = 0; n < N * (K / QK_K); n++) {
+        if (dt == PL_IQ1_S) {
+            const block_iq1_s *x = (const block_iq1_s *)wq + n;
+            for (int g = 0; g < 32; g++) seen[x->qs[g] | ((x->qh[g / 4] >> (3 * (g % 4))) & 7) << 8] = 1;
+            for (int s = 0; s < 8; s++) scales |= 1u << ((x->qh[s] >> 12) & 7), deltas |= 1u << (x->qh[s] >> 15);
+        } else {
+            const block_iq1_m *x = (const block_iq1_m *)wq + n;
+            for (int g = 0; g < 32; g++) {
+                const int nib = (x->qh[g / 2] >> (4 * (g % 2))) & 15;
+                seen[x->qs[g] | (nib & 7) << 8] = 1;
+                deltas |= 1u << (nib >> 3);
+            }
+            for (int k = 0; k < 16; k++) {   /* scale k: bits 3 (k % 4) of the (k / 4)-th u16 */
+                const unsigned sw = x->scales[2 * (k / 4)] | (unsigned)x->scales[2 * (k / 4) + 1] << 8;
+                scales |= 1u << ((sw >> (3 * (k % 4))) & 7);
+            }
+        }
+    }
+    int n_seen = 0;
+    for (int i = 0; i < 2048; i++) n_seen += seen[i];
+    CHECK(n_seen == 2048 && scales == 0xFF && deltas == 3, "%s weights: %d of 2048 grid indices, scales %x, deltas %x",
+          pl_dtype_name(dt), n_seen, scales, deltas);
+}
+
 /* The one-activation-row (decode) kernels of the prepared IQ2 weights (in-register grid lookups,
  * cpu_packed_iq_avx2.c) against the batched ones (gathers, 4 rows a tile) bit for bit, and both
  * against ref: random blocks, so every grid index (iq2_xxs bit 7, iq2_xs bits 7 and 8 pick the
@@ -615,6 +646,7 @@ static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) {
         for (int64_t b = 0; b < K / QK_K; b++) pl_random_block(&r, dt, (unsigned char *)wq + n * row + b * pl_dtype_get(dt)->type_size);
     pl_tensor w;
     pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+    if (dt == PL_IQ1_S || dt == PL_IQ1_M) iq1_check_coverage(dt, wq, K, N);
     const int64_t M = 5;   /* one tile of 4, then one row alone */
     float *x = malloc((size_t)(K * M) * sizeof(float));
     pl_fill_normal(&r, x, K * M, 1.0f);
@@ -776,6 +808,8 @@ int main(void) {
     test_prepared_matmul(PL_IQ1_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ1_M, 1024, 64);
     test_prepared_matmul(PL_IQ1_M, 1280, 136);  /* an odd block count, a padded last panel */
+    test_prepared_iq_one_row(PL_IQ1_S, 2304, 136);  /* 9 blocks x 136 rows x 32 groups: every grid index */
+    test_prepared_iq_one_row(PL_IQ1_M, 2304, 136);
     test_prepared_matmul(PL_IQ2_S, 1024, 64);
     test_prepared_matmul(PL_IQ2_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_K, 1024, 64);

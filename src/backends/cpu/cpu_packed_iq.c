@@ -151,7 +151,22 @@ void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
 /* iq1_s -> PL_PACK_IQ1SX_X16: qs[g] and qh[s] of each row, as in the file,
  * reordered by group / sub-block. */
 uint64_t pl_iqx_iq1s_u[2048];
+/* pl_iqx_iq1_c2[1 + i]: grid entry i as 8 two-bit codes g + 1 (bits 2 j, 2 j + 1 = weight j), one
+ * u16 of padding either side (the one-row kernels gather dwords at 2 i and 2 i - 2) */
+uint16_t pl_iqx_iq1_c2[2050];
+static void pl_iqx_iq1_c2_init(void) {
+    for (int i = 0; i < 2048; i++) {
+        unsigned e = 0;
+        for (int j = 0; j < 8; j++) e |= (unsigned)((int8_t)(pl_iq1s_grid[i] >> (8 * j)) + 1) << (2 * j);
+        pl_iqx_iq1_c2[1 + i] = (uint16_t)e;
+    }
+}
+static void pl_iqx_iq1_c2_once(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, pl_iqx_iq1_c2_init);
+}
 static void pl_iqx_iq1s_init(void) {
+    pl_iqx_iq1_c2_once();
     for (int i = 0; i < 2048; i++) {
         uint64_t e = 0;
         for (int j = 0; j < 8; j++) e |= (uint64_t)(uint8_t)((int8_t)(pl_iq1s_grid[i] >> (8 * j)) + 1) << (8 * j);
@@ -198,6 +213,7 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
  * 8 (g + 1) + delta + 1 (delta = -1 if neg else +1): 0..18, unsigned. */
 uint64_t pl_iqx_iq1m_u[4096];
 static void pl_iqx_iq1m_init(void) {
+    pl_iqx_iq1_c2_once();
     for (int i = 0; i < 4096; i++) {
         uint64_t e = 0;
         for (int j = 0; j < 8; j++) {

@@ -548,10 +548,175 @@ PL_IQX_AI void pl_iq1sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *d
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf[c]));
 }
 
+/* ---- iq1_s / iq1_m, one activation row (decode): 16-bit grid entries, one dword gather a group --
+ * The batched tiles gather 8-byte entries (g + 1 or iq1_m's u a byte) from 16 / 32 KB tables, two
+ * qword gathers per group of 16 rows. Here an entry is its 8 codes g + 1 = 0..2 in 2 bits each
+ * (pl_iqx_iq1_c2, 4 KB, L1-resident; bits 2 j, 2 j + 1 = weight j), and a group of the 16 rows is
+ * one vpgatherdd (scale 2: dword lane r = row r's entry in its low half). Two groups a, b of a
+ * pair (16 weights) share a zmm: b's gather reads from the table 2 bytes early, so its entry lands
+ * in the high half, and one word blend gives dword r = [a 0-3, a 4-7, b 0-3, b 4-7] (2-bit codes).
+ * One GF(2) affine map per w = 0..3 moves code bits 2 w, 2 w + 1 of every byte to bits 3, 4 (the
+ * codes times 8: 8 (g + 1) = 0, 8, 16), so dword r = row r's weights [a w, a 4 + w, b w, b 4 + w];
+ * the q8 codes of the block are transposed once to match (pl_iqx_qt_iq1: dword w of pair p = q8
+ * of weights 16 p + w, + 4 + w, + 8 + w, + 12 + w) and broadcast: vpdpbusd adds row r's
+ * 8 sum (g + 1) q8 over the pair into dword r. The rest is the batched tile's integer algebra per
+ * row (delta, -8 offset, 2 s + 1 scale; exact) and its float step, so one row == batched bit for bit
+ * (test_cpu_backend: test_prepared_iq_one_row). Per 256 weights: 2 gathers (16 dwords each), one
+ * blend, 4 affine maps, 4 vpdpbusd; 4 KB of table instead of 16 / 32 KB. */
+extern uint16_t pl_iqx_iq1_c2[2050];   /* cpu_packed_iq.c, filled by the first iq1 pack_panel */
+#define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
+
+static const uint8_t pl_iqx_qt_iq1[64] = {
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15,
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
+
+/* the GF(2) affine matrix taking bits 2 w, 2 w + 1 of a byte to bits 3, 4 (row i = byte 7 - i) */
+PL_IQX_AI __m512i pl_iqx_c2_map8(int w) {
+    const uint64_t b0 = 1u << (2 * w), b1 = 2u << (2 * w);
+    return _mm512_set1_epi64((int64_t)(b0 << 32 | b1 << 24));
+}
+
+/* init + 8 sum (g + 1) q8 of row r over the pair (ixa, ixb: the grid indices of its groups a, b,
+ * dword lane r = row r), q: the pair's 16 transposed q8 codes */
+PL_IQX_DEC_AI __m512i pl_iqx_iq1_pair(__m512i ixa, __m512i ixb, const int8_t *q, __m512i init) {
+    const __m512i ga = _mm512_i32gather_epi32(ixa, (const void *)(pl_iqx_iq1_c2 + 1), 2);
+    const __m512i gb = _mm512_i32gather_epi32(ixb, (const void *)pl_iqx_iq1_c2, 2);
+    const __m512i c = _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, ga, gb);
+    __m512i acc[2] = {init, _mm512_setzero_si512()};
+    PL_UNROLL
+    for (int w = 0; w < 4; w++) {
+        int32_t qa;
+        memcpy(&qa, q + 4 * w, 4);
+        acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], _mm512_gf2p8affine_epi64_epi8(c, pl_iqx_c2_map8(w), 0), _mm512_set1_epi32(qa));
+    }
+    return _mm512_add_epi32(acc[0], acc[1]);
+}
+
+/* The q8 codes of block b transposed by pl_iqx_qt_iq1 into buf[256]. */
+PL_IQX_AI void pl_iqx_q8_transpose_iq1(const int8_t *q8, int8_t *buf) {
+    const __m512i qt = _mm512_loadu_si512((const void *)pl_iqx_qt_iq1);
+    PL_UNROLL
+    for (int t = 0; t < 4; t++)
+        _mm512_store_si512((void *)(buf + 64 * t), _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(q8 + 64 * t)), qt));
+    /* read back from memory: each dword is then one broadcast load (vpdpbusd {1to16}); forwarded
+     * from the registers it compiled to a shift and a vpbroadcastd a dword, 2 more port-5 uops */
+    __asm__ volatile("" ::: "memory");
+}
+
+/* iq1_s, one row: sub-block s = pairs 2 s, 2 s + 1; S = 8 D + (delta - 8) B as in the tile, with
+ * delta - 8 = -7, or -9 where bit 15 of qh is set: S = 8 D - 7 B, minus 2 B under that mask. */
+PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                   __mmask16 mk) {
+    __attribute__((aligned(64))) int8_t qtb[256];
+    __attribute__((aligned(64))) int32_t cb[16];
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1SX_CODES;
+        const uint16_t *qh = (const uint16_t *)(q + 512);
+        /* cb[s] = -7 B, cb[8 + s] = 2 B of sub-block s: broadcast loads below */
+        const __m256i B32 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)y[b].bsum32));
+        _mm256_store_si256((__m256i *)cb, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_mullo_epi32(B32, _mm256_set1_epi32(7))));
+        _mm256_store_si256((__m256i *)(cb + 8), _mm256_add_epi32(B32, B32));
+        pl_iqx_q8_transpose_iq1(y[b].b.qs, qtb);
+        __m512i bsum = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(qh + 16 * s)));
+            const __m512i m7 = _mm512_set1_epi32(0x700);
+            __m512i ix[4];
+            PL_UNROLL
+            for (int l = 0; l < 4; l++) {
+                const __m512i hb = l < 3 ? _mm512_slli_epi32(h, 8 - 3 * l) : _mm512_srli_epi32(h, 1);
+                ix[l] = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * (4 * s + l)))),
+                                                  hb, m7, 0xF8);   /* a | (b & c) */
+            }
+            __m512i S = _mm512_add_epi32(pl_iqx_iq1_pair(ix[0], ix[1], qtb + 32 * s, _mm512_set1_epi32(cb[s])),
+                                         pl_iqx_iq1_pair(ix[2], ix[3], qtb + 32 * s + 16, _mm512_setzero_si512()));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)), S, _mm512_set1_epi32(cb[8 + s]));
+            const __m512i ls = _mm512_and_si512(_mm512_srli_epi32(h, 11), _mm512_set1_epi32(14));
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_or_si512(ls, _mm512_set1_epi32(1))));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+/* iq1_m, one row: pair k = the 16 weights of scale k (groups 2 k, 2 k + 1, qh nibbles 0 / 1, bit 3
+ * the delta sign). S16 = sum (8 g + delta) q8 = 8 D + sum (delta_g + 1) B_g - 9 B16 =
+ * 8 D - 7 B16 - 2 (B_a if a's sign + B_b if b's sign), B_g the q8 sum of group g (8 weights). */
+PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8kx *y, float *d, __mmask16 mk) {
+    __attribute__((aligned(64))) int8_t qtb[256];
+    __attribute__((aligned(64))) int32_t cb[48];
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
+        const uint16_t *sc = (const uint16_t *)(q + 768);
+        /* cb[k] = -7 B16 of scale k, cb[16 + g] = 2 B_g of group g (the q8 sum of its 8 codes):
+         * broadcast loads below */
+        {
+            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+            __m512i q4[4];   /* dword i: the sum of q8 codes 4 i .. 4 i + 3 of the 64 in zmm t */
+            PL_UNROLL
+            for (int t = 0; t < 4; t++)
+                q4[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512((const void *)(y[b].b.qs + 64 * t)));
+            PL_UNROLL
+            for (int t = 0; t < 2; t++) {
+                const __m512i g = _mm512_add_epi32(_mm512_permutex2var_epi32(q4[2 * t], even, q4[2 * t + 1]),
+                                                   _mm512_permutex2var_epi32(q4[2 * t], odd, q4[2 * t + 1]));
+                _mm512_store_si512((void *)(cb + 16 + 16 * t), _mm512_add_epi32(g, g));
+            }
+            const __m512i B16 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[b].b.bsums));
+            _mm512_store_si512((void *)cb, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(B16, _mm512_set1_epi32(7))));
+        }
+        pl_iqx_q8_transpose_iq1(y[b].b.qs, qtb);
+        __m512i bsum = _mm512_setzero_si512();
+        _Pragma("GCC unroll 4")
+        for (int k = 0; k < 16; k++) {
+            if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
+            const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
+            const __m512i m7 = _mm512_set1_epi32(0x700);
+            const __m512i ixa = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * k))),
+                                                          _mm512_slli_epi32(x, 8), m7, 0xF8);
+            const __m512i ixb = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * k + 16))),
+                                                          _mm512_slli_epi32(x, 4), m7, 0xF8);
+            __m512i S = pl_iqx_iq1_pair(ixa, ixb, qtb + 16 * k, _mm512_set1_epi32(cb[k]));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x08)), S, _mm512_set1_epi32(cb[16 + 2 * k]));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80)), S, _mm512_set1_epi32(cb[17 + 2 * k]));
+            const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
+            /* 2 s + 1: the 3 bits at 3 (k % 4) moved to bits 1-3, | 1 */
+            const __m512i s2 = k % 4 ? _mm512_srli_epi32(sw, 3 * (k % 4) - 1) : _mm512_slli_epi32(sw, 1);
+            const __m512i ls = _mm512_ternarylogic_epi32(s2, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, ls));
+        }
+        const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
+        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
+        const __m256i dh = _mm256_or_si256(
+            _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
+                            _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
+        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(dh), _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+/* PL_CPU_IQ1DEC=0 (or PL_CPU_IQDEC=0): one activation row of iq1_s / iq1_m takes the gather tile */
+static bool pl_iqx_iq1dec_enabled(void) {
+    static int cached = -1;
+    if (cached < 0) cached = pl_iqx_dec_enabled() && pl_cpu_switch("PL_CPU_IQ1DEC");
+    return cached;
+}
+
 PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                        size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq1sx_panel_bytes(K);
+    const bool dec = pl_iqx_iq1dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ1SX_CODES);
@@ -561,6 +726,10 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq1sx_panel1(nb, codes, dv, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 4); break;
                 case 3: pl_iq1sx_tile(nb, codes, dv, y, d, N, mk, 3); break;
@@ -645,6 +814,7 @@ PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
                                        size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq1mx_panel_bytes(K);
+    const bool dec = pl_iqx_iq1dec_enabled();
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const __mmask16 mk = pl_iqx_mask(p, N);
@@ -653,6 +823,10 @@ PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
             const int R = c1 - c < PL_IQX_R ? (int)(c1 - c) : PL_IQX_R;
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
+            if (R == 1 && dec) {
+                pl_iq1mx_panel1(nb, codes, y[0], d, mk);
+                continue;
+            }
             switch (R) {
                 case 4: pl_iq1mx_tile(nb, codes, y, d, N, mk, 4); break;
                 case 3: pl_iq1mx_tile(nb, codes, y, d, N, mk, 3); break;
