@@ -454,6 +454,9 @@ static inline size_t pl_iq1mx_panel_bytes(int64_t K) { return (size_t)(K / QK_K)
 void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
 void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
 extern uint64_t pl_iqx_iq1m_u[4096];   /* filled by the first pl_iq1mx_pack_panel */
+/* pl_iqx_iq1_c2[1 + i]: iq1 grid entry i as 8 two-bit codes g + 1, a u16 of padding either side
+ * (the one-row kernels gather dwords); filled by the first iq1_s / iq1_m pack_panel. */
+extern uint16_t pl_iqx_iq1_c2[2050];
 #if PL_CPU_HAVE_AVX2_BUILD
 void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
                               int64_t c0, int64_t c1, float *dst, int64_t N);

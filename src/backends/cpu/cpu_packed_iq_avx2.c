@@ -563,7 +563,6 @@ PL_IQX_AI void pl_iq1sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *d
  * row (delta, -8 offset, 2 s + 1 scale; exact) and its float step, so one row == batched bit for bit
  * (test_cpu_backend: test_prepared_iq_one_row). Per 256 weights: 2 gathers (16 dwords each), one
  * blend, 4 affine maps, 4 vpdpbusd; 4 KB of table instead of 16 / 32 KB. */
-extern uint16_t pl_iqx_iq1_c2[2050];   /* cpu_packed_iq.c, filled by the first iq1 pack_panel */
 #define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
 
 static const uint8_t pl_iqx_qt_iq1[64] = {
