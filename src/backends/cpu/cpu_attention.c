@@ -545,6 +545,7 @@ static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group
 int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
 int pl_cpu_attq_tile_mode = -1;
+int pl_cpu_attq_dec_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -664,6 +665,7 @@ typedef struct pl_attq_job {
     bool avx2, v512;
     bool vtile;            /* prefill blocks decode each V tile once (PL_CPU_ATTQ_TILE=0: off) */
     bool qk;               /* and take q8_0 K scores from pl_cpu_attq_qk_scores (VNNI) */
+    bool qkd;              /* decode (R <= 2 rows): q8_0 K scores from pl_cpu_attq_qk_dec (PL_CPU_ATTQ_DEC=0: off) */
     size_t vtile_off;      /* their buffers in the scratch (pl_attq_per_thread) */
     bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
     int64_t tb, n_blocks;
@@ -739,7 +741,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     const int64_t ldT = (int64_t)pl_attq_ldt(node);
     float *scT = (float *)(kpack + ((PL_ATTQ_JB * (hd / 32) * 68 + 63) & ~(size_t)63));
     int32_t *lim = (int32_t *)(scT + PL_ATTQ_JB * ldT);
-    const bool qk = j->qk && R > 2;
+    const bool qk = j->qk && R > 2, qkd = j->qkd && R <= 2;
 #endif
     for (int64_t r = 0; r < R; r++) {
         const int64_t t = t0 + r / G;
@@ -753,7 +755,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         memset(acc + r * hd, 0, (size_t)hd * sizeof(float));
     }
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (qk) pl_cpu_attq_qk_prepare((int)R, qc, j->qrow, hd, qpack);
+    if (qk || qkd) pl_cpu_attq_qk_prepare((int)R, qc, j->qrow, hd, qpack);
 #endif
     const size_t k_off = pl_dtype_row_size(k->dtype, g * hd), v_off = pl_dtype_row_size(v->dtype, g * hd);
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
@@ -782,6 +784,9 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
             if (pl_cpu_attq_vtile_t((int)R, scT, ldT, n, vtile, hd, acc)) continue;
             return;   /* not reached: qk implies head_dim 32..128 (pl_att_quant) */
         }
+        if (qkd) {   /* sc[r * JB + i], the bits of the tile kernel below */
+            pl_cpu_attq_qk_dec((int)R, qpack, kb + j0 * k->nb[1], k->nb[1], n, hd, sc, PL_ATTQ_JB);
+        } else
 #endif
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
@@ -897,6 +902,10 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
 #if PL_CPU_HAVE_AVX2_BUILD
     /* the VNNI kernel gives pl_cpu_mm_q8_0_avx2's bits: only in its place */
     job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
+    static int sw_dec = -1;
+    if (sw_dec < 0) sw_dec = pl_cpu_switch("PL_CPU_ATTQ_DEC");
+    job.qkd = (pl_cpu_attq_dec_mode >= 0 ? pl_cpu_attq_dec_mode > 0 : sw_dec) && job.v512 && k->dtype == PL_Q8_0 &&
+              job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
 #endif
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     const int use = nth > 1 ? nth : 1;

@@ -424,3 +424,87 @@ PL_Q512 bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, in
     }
     return true;
 }
+
+/* ---- q8_0 K scores for one pair of query rows (decode; VNNI) ----------------
+ * The decode task's R <= 2 query rows (one token, a KV group of 2 or 1) were
+ * scored by pl_cpu_mm_q8_0_avx2 (AVX2 maddubs, a row at a time): about half
+ * the q8_0 decode attention's time at depth. Here the pair shares one zmm
+ * (pl_cpu_attq_qk_prepare's pack), each K block is broadcast to both halves
+ * straight from the cache (no K pack: with one pair it would be read once),
+ * and four K rows are summed at once in pl_hsum8's order, as pl_qk_tile. */
+#define PL_QKD_PF 8   /* K rows prefetched ahead */
+
+PL_QK512_AI void pl_qkd_rows(const int NB, const int KR, const pl_qk_qblk *qp, const char *k, size_t ks, int R,
+                             float *sc, int64_t ldS) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    __m512 acc[4];
+    PL_QK_UNROLL
+    for (int a = 0; a < KR; a++) acc[a] = _mm512_setzero_ps();
+    PL_QK_UNROLL
+    for (int i = 0; i < NB; i++) {
+        const __m512i q = _mm512_loadu_si512(qp[i].qs), nc = _mm512_loadu_si512(qp[i].nc);
+        const __m512 dq = _mm512_loadu_ps(qp[i].d);
+        PL_QK_UNROLL
+        for (int a = 0; a < KR; a++) {
+            const block_q8_0 *b = (const block_q8_0 *)(k + (size_t)a * ks) + i;
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), x80);
+            const __m512i ku = _mm512_inserti64x4(_mm512_castsi256_si512(u), u, 1);
+            const __m512 dk = _mm512_set1_ps(_cvtsh_ss(b->d));
+            const __m512i s = _mm512_dpbusd_epi32(nc, ku, q);
+            acc[a] = _mm512_fmadd_ps(_mm512_mul_ps(dk, dq), _mm512_cvtepi32_ps(s), acc[a]);
+        }
+    }
+    if (KR == 4) {   /* pl_qk_tile's transposed pl_hsum8 */
+        __m512 t[4];
+        PL_QK_UNROLL
+        for (int a = 0; a < 4; a++) t[a] = _mm512_add_ps(acc[a], _mm512_shuffle_f32x4(acc[a], acc[a], 0xB1));
+        const __m512 u01 = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x44), _mm512_shuffle_ps(t[0], t[1], 0xEE));
+        const __m512 u23 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], 0x44), _mm512_shuffle_ps(t[2], t[3], 0xEE));
+        const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, 0x88), _mm512_shuffle_ps(u01, u23, 0xDD));
+        _mm_storeu_ps(sc, _mm512_castps512_ps128(w));
+        if (R > 1) _mm_storeu_ps(sc + ldS, _mm512_extractf32x4_ps(w, 2));
+        return;
+    }
+    for (int h = 0; h < R; h++) {
+        const __m256 v = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1))
+                           : _mm512_castps512_ps256(acc[0]);
+        __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));
+        sc[h * ldS] = _mm_cvtss_f32(t);
+    }
+}
+
+PL_QK512_AI void pl_qkd(const int NB, int R, const pl_qk_qblk *qp, const char *k, size_t ks, int64_t n, float *sc,
+                        int64_t ldS) {
+    const size_t rb = (size_t)NB * sizeof(block_q8_0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        for (int a = 0; a < 4; a++) {
+            const char *pf = k + (size_t)(j + a + PL_QKD_PF) * ks;
+            for (size_t o = 0; o < rb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            _mm_prefetch(pf + rb - 1, _MM_HINT_T0);
+        }
+        pl_qkd_rows(NB, 4, qp, k + (size_t)j * ks, ks, R, sc + j, ldS);
+    }
+    for (; j < n; j++) pl_qkd_rows(NB, 1, qp, k + (size_t)j * ks, ks, R, sc + j, ldS);
+}
+
+#define PL_QKD_FN(NB)                                                                                          \
+    static PL_QK512 void pl_qkd_nb##NB(int R, const pl_qk_qblk *qp, const char *k, size_t ks, int64_t n,     \
+                                       float *sc, int64_t ldS) {                                             \
+        pl_qkd(NB, R, qp, k, ks, n, sc, ldS);                                                                \
+    }
+PL_QKD_FN(1)
+PL_QKD_FN(2)
+PL_QKD_FN(3)
+PL_QKD_FN(4)
+
+bool pl_cpu_attq_qk_dec(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, float *sc,
+                        int64_t ldS) {
+    if (R < 1 || R > 2 || hd % 32 || hd < 32 || hd > 128) return false;
+    void (*fn)(int, const pl_qk_qblk *, const char *, size_t, int64_t, float *, int64_t) =
+        hd == 32 ? pl_qkd_nb1 : hd == 64 ? pl_qkd_nb2 : hd == 96 ? pl_qkd_nb3 : pl_qkd_nb4;
+    fn(R, qpack, k, ks, n, sc, ldS);
+    return true;
+}
