@@ -302,6 +302,29 @@ static void check_qkd_kernel(int R, int64_t n, int64_t hd) {
 }
 #endif
 
+#if PL_CPU_HAVE_AVX2_BUILD
+/* The scan's 16-lane exp (pl_exp8's operations on a zmm) against two
+ * pl_exp8 calls, bit for bit: random arguments over the scan's range and
+ * past the clamps, exact integers, halves, -0, +-inf, NaN. */
+static void check_exp16(void) {
+    if (!pl_cpu_has_vnni512()) return;
+    enum { N = 4096 };
+    float *x = malloc(sizeof(float) * N), *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    pl_rng r = {4242};
+    pl_fill_normal(&r, x, N, 30.0f);
+    for (int i = 0; i < 200; i++) x[i] = -(float)i * 0.5f;   /* halves: n = x * log2(e) near ties */
+    for (int i = 200; i < 300; i++) x[i] = ldexpf(1.0f, i - 250);
+    x[300] = -0.0f; x[301] = INFINITY; x[302] = -INFINITY; x[303] = NAN; x[304] = -87.3f; x[305] = 88.0f;
+    x[306] = -1e30f; x[307] = 1e30f; x[308] = 1e-40f;
+    pl_cpu_attq_exp16(x, a, N, true);
+    pl_cpu_attq_exp16(x, b, N, false);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    CHECK(bad == 0, "exp16: %d of %d differ from two pl_exp8 calls", bad, N);
+    free(x); free(a); free(b);
+}
+#endif
+
 /* Decode through the quantized-cache path with the VNNI decode scores
  * (PL_CPU_ATTQ_DEC) on against off: token 0 at p alone (1 and 2 threads;
  * split at depth) and in a batch of 3 at other depths (tokens 1, 2 of
@@ -380,6 +403,7 @@ int main(void) {
     check_qk_kernel(3, 5, 64);
     check_qk_kernel(33, 64, 96);
     check_qk_kernel(18, 1, 32);
+    check_exp16();
     for (int R = 1; R <= 2; R++) {
         check_qkd_kernel(R, 64, 128);
         check_qkd_kernel(R, 23, 128);
@@ -396,6 +420,9 @@ int main(void) {
     g_rot = HD;
     check_dec(PL_Q8_0, 1031, 0, 1e-5);
     g_rot = 0;
+    pl_cpu_attq_exp16_mode = 0;   /* the scan's exp as two 8-lane calls: the same bits as below */
+    check_tiles(PL_Q8_0, 97, 630, 1e-5);
+    pl_cpu_attq_exp16_mode = -1;
     check_tiles(PL_Q8_0, 64, 0, 1e-5);     /* one block, K tiles of 64 and a tail of 0 */
     check_tiles(PL_Q8_0, 97, 630, 1e-5);   /* two blocks, a K tail of 23 (not a multiple of 4) */
     check_tiles(PL_Q4_0, 70, 301, 1e-5);   /* q4_0: the V tile only */

@@ -904,6 +904,7 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
     job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
     static int sw_dec = -1;
     if (sw_dec < 0) sw_dec = pl_cpu_switch("PL_CPU_ATTQ_DEC");
+    if (pl_cpu_attq_exp16_mode < 0) pl_cpu_attq_exp16_mode = pl_cpu_switch("PL_CPU_ATTQ_EXP16");
     job.qkd = (pl_cpu_attq_dec_mode >= 0 ? pl_cpu_attq_dec_mode > 0 : sw_dec) && job.v512 && k->dtype == PL_Q8_0 &&
               job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
 #endif

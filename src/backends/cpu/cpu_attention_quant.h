@@ -60,5 +60,11 @@ bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, int64_t n,
  * R or hd (32..128, a multiple of 32). */
 bool pl_cpu_attq_qk_dec(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, float *sc,
                         int64_t ldS);
+/* The scan's exp on 16 lanes: 1 (default) pl_exp8's operations on a zmm,
+ * 0 two pl_exp8 calls (the same bits; set from PL_CPU_ATTQ_EXP16 by the
+ * driver, by tests directly). pl_cpu_attq_exp16: y[i] = that exp of x[i]
+ * for whole groups of 16 of n (tests). */
+extern int pl_cpu_attq_exp16_mode;
+void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native);
 
 #endif

@@ -334,10 +334,42 @@ PL_QK512 void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, siz
  * (see cpu_attention_quant.h). The scalar scan's per-row chain of compares
  * and additions (a 4-cycle add per position and row) ran at a fraction of
  * the tile's arithmetic; across rows the lanes are independent. */
-PL_Q512_AI __m512 pl_attq_exp16(__m512 x) {
+PL_Q512_AI __m512 pl_attq_exp16_2x8(__m512 x) {
     const __m256 lo = pl_exp8(_mm512_castps512_ps256(x));
     const __m256 hi = pl_exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
     return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* pl_exp8 (cpu_simd_avx2.h) on 16 lanes: its operations lane for lane, so
+ * its bits (the round to nearest of x * log2(e) as _mm256_round_ps; the
+ * conversion of the integral n exact), at half the instructions of two
+ * 8-lane calls. PL_CPU_ATTQ_EXP16=0: the two calls (test_attention_split
+ * compares the two on random and edge inputs). */
+PL_Q512_AI __m512 pl_attq_exp16_native(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+int pl_cpu_attq_exp16_mode = -1;
+
+PL_Q512 void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native) {
+    for (int64_t i = 0; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(y + i, native ? pl_attq_exp16_native(v) : pl_attq_exp16_2x8(v));
+    }
 }
 
 PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t *lim, float scale, float *M,
@@ -345,6 +377,7 @@ PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const 
     const __m512 sc = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
     const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
     __mmask16 nmk[64];
+    const bool native = pl_cpu_attq_exp16_mode != 0;
     for (int r0 = 0; r0 < R; r0 += 16) {
         const __mmask16 rm = R - r0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (R - r0)) - 1);
         const __m512i lv = _mm512_maskz_loadu_epi32(rm, lim + r0);
@@ -367,7 +400,7 @@ PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const 
                 float *e = ET + j * ldT + r0;
                 const __mmask16 valid = _mm512_cmpgt_epi32_mask(lv, _mm512_set1_epi32((int)j));
                 const __m512 arg = _mm512_loadu_ps(e);
-                __m512 x = pl_attq_exp16(arg);
+                __m512 x = native ? pl_attq_exp16_native(arg) : pl_attq_exp16_2x8(arg);
                 const __mmask16 tail = valid & _mm512_cmple_epi32_mask(tl, _mm512_set1_epi32((int)j));
                 if (tail) {   /* the row's last lim % 8 positions: expf, as pl_cpu_vexp_avx2 */
                     float xs[16], as[16];
