@@ -73,13 +73,21 @@ PL_Q512_AI void pl_attq_vupd(__m512 *A, const __m512 *x, float w, const int DB) 
 PL_Q512_AI void pl_attq_vstep2(const float *e0, const float *e1, int64_t n, pl_dtype t, const char *v, size_t vs,
                                const int DB, float *a0, float *a1) {
     __m512 A0[8], A1[8], x[8];
+    /* the row slice's bytes */
+    const size_t rb = t == PL_Q8_0 ? (size_t)DB / 2 * 34 : t == PL_Q4_0 ? (size_t)DB / 2 * 18 : (size_t)DB * 32;
     PL_Q512_UNROLL
     for (int k = 0; k < DB; k++) {
         A0[k] = _mm512_loadu_ps(a0 + 16 * k);
         A1[k] = a1 ? _mm512_loadu_ps(a1 + 16 * k) : _mm512_setzero_ps();
     }
     for (int64_t j = 0; j < n; j++) {
-        if (j + PL_VPF < n) _mm_prefetch(v + (j + PL_VPF) * vs, _MM_HINT_T0);
+        if (j + PL_VPF < n) {   /* every line of the row slice (a q8_0 slice of 128 spans 3) */
+            const char *pf = v + (j + PL_VPF) * vs;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + rb - 1, _MM_HINT_T0);
+            if (rb > 128) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            if (rb > 192) _mm_prefetch(pf + 128, _MM_HINT_T0);
+        }
         pl_attq_vload(t, v + j * vs, DB, x);
         pl_attq_vupd(A0, x, e0[j], DB);
         if (a1) pl_attq_vupd(A1, x, e1[j], DB);
