@@ -595,7 +595,16 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  * operations in the same order per row, so the same bits as without them
  * (test_attention_split); pp512 @ d4096 at 1 thread, Qwen3-0.6B shapes, the
  * attention's time went from 4.7x the f16 cache's to about 1.0x
- * (bench/bench_attention.c).
+ * (bench/bench_attention.c). The scan's exp runs pl_exp8's operations on
+ * 16 lanes (PL_CPU_ATTQ_EXP16=0: two 8-lane calls; the same bits).
+ *
+ * Decode (R <= 2 query rows: one token's KV group of 2) with a q8_0 K
+ * cache, AVX-512 VNNI (PL_CPU_ATTQ_DEC=0 turns it off): the scores come
+ * from pl_cpu_attq_qk_dec (the pair in one zmm, each K block broadcast to
+ * both halves from the cache), bit for bit as the q8_0 tile kernel it
+ * replaces, which took half the decode attention's time at depth 4096
+ * (bench_attention P=1 D=4096: q8_0 attention from 0.96-0.99x the f16
+ * cache's speed to 1.67-1.81x).
  *
  * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
  * a prefill block's): the converted query rows, then f32 accumulators
