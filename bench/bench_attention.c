@@ -7,7 +7,7 @@
  * Build (after building build):
  *   gcc -O2 -std=c11 -D_GNU_SOURCE -Iinclude -Isrc -Itests bench/bench_attention.c \
  *       build/lib/libpocketllm.a -ljansson -lm -lpthread -o build/bench_attention
- * Usage: bench_attention [P=512] [D=4096] [reps=3]
+ * Usage: bench_attention [P=512] [D=4096] [reps=3] [inner=1: runs per timing]
  */
 #include <math.h>
 #include <stdio.h>
@@ -81,6 +81,7 @@ static double run(const cache *c, int64_t n_ctx, int P, int D, float *q, float *
 int main(int argc, char **argv) {
     const int P = argc > 1 ? atoi(argv[1]) : 512, D = argc > 2 ? atoi(argv[2]) : 4096;
     const int reps = argc > 3 ? atoi(argv[3]) : 3;
+    const int inner = argc > 4 ? atoi(argv[4]) : 1;   /* runs per timing (decode shapes: P = 1) */
     const int64_t n_ctx = D + P;
     cache f16 = make_cache(PL_F16, n_ctx), q8 = make_cache(PL_Q8_0, n_ctx);
     float *q = malloc(sizeof(float) * HD * NH * (size_t)P), *out = malloc(sizeof(float) * HD * NH * (size_t)P);
@@ -88,10 +89,12 @@ int main(int argc, char **argv) {
     pl_fill_normal(&r, q, (int64_t)HD * NH * P, 1.0f);
     double tf = 1e30, tq = 1e30;
     for (int i = 0; i < reps; i++) {
-        const double a = run(&f16, n_ctx, P, D, q, out), b = run(&q8, n_ctx, P, D, q, out);
+        double a = 0, b = 0;
+        for (int k = 0; k < inner; k++) a += run(&f16, n_ctx, P, D, q, out);
+        for (int k = 0; k < inner; k++) b += run(&q8, n_ctx, P, D, q, out);
         if (a < tf) tf = a;
         if (b < tq) tq = b;
-        printf("rep %d: f16 %.3f s  q8_0 %.3f s\n", i, a, b);
+        printf("rep %d: f16 %.4f s  q8_0 %.4f s\n", i, a, b);
     }
     /* the tiles on against off: the same bits expected */
     float *o2 = malloc(sizeof(float) * HD * NH * (size_t)P);

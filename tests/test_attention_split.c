@@ -11,7 +11,9 @@
  *   - the same for the quantized (q8_0, q4_0) cache path, with and without
  *     the Hadamard rotation (the split tokens' V rotation after the combine),
  *     and its prefill (token blocks) against ref;
- *   - the prefill tiles (PL_CPU_ATTQ_TILE) on against off, and against ref.
+ *   - the prefill tiles (PL_CPU_ATTQ_TILE) on against off, and against ref;
+ *   - the decode q8_0 scores with VNNI (PL_CPU_ATTQ_DEC) on against off, bit
+ *     for bit, the kernel alone against the q8_0 matmul tile kernel.
  */
 #include <math.h>
 #include <stdio.h>
@@ -259,6 +261,104 @@ static void check_qk_kernel(int R, int64_t n, int64_t hd) {
 }
 #endif
 
+#if PL_CPU_HAVE_AVX2_BUILD
+/* The decode score kernel alone (pl_cpu_attq_qk_dec: R = 1 or 2 query rows)
+ * against pl_cpu_mm_q8_0_avx2, bit for bit: n K rows (n % 4: the one-row
+ * tail) of a wider cache row (stride), every head size it takes; the scores
+ * land in rows of ldS with a guard left untouched past n. */
+static void check_qkd_kernel(int R, int64_t n, int64_t hd) {
+    if (!pl_cpu_has_vnni512()) return;
+    const int64_t nb = hd / 32, kvd = 3 * hd, ldS = n + 3;
+    const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
+    char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
+    float *x = malloc(sizeof(float) * (size_t)kvd);
+    pl_rng r = {(uint64_t)(R * 7777 + n + hd)};
+    for (int64_t j = 0; j < n; j++) {
+        pl_fill_normal(&r, x, kvd, 2.0f);
+        pl_quantize_row(PL_Q8_0, x, k + j * ks, kvd);
+    }
+    for (int i = 0; i < R; i++) {
+        pl_fill_normal(&r, x, hd, 1.0f);
+        pl_cpu_quantize_q8_0_avx2(x, qc + i * qrow, hd);
+    }
+    void *qpack = malloc(pl_cpu_attq_qk_qpack_size(R, hd));
+    float *got = malloc(sizeof(float) * (size_t)(R * ldS)), *want = malloc(sizeof(float) * (size_t)(R * n));
+    for (int64_t i = 0; i < R * ldS; i++) got[i] = -7.0f;
+    const char *kh = k + (size_t)(2 * nb) * sizeof(block_q8_0);   /* head 2 of each row */
+    pl_cpu_attq_qk_prepare(R, qc, qrow, hd, qpack);
+    CHECK(pl_cpu_attq_qk_dec(R, qpack, kh, ks, n, hd, got, ldS), "qkd kernel R=%d hd=%lld taken", R, (long long)hd);
+    for (int64_t j = 0; j < n; j++)
+        pl_cpu_mm_q8_0_avx2(hd, kh + j * ks, ks, 1, qc, qrow, R, want + j, (size_t)n);
+    int bad = 0, guard = 0;
+    for (int i = 0; i < R; i++) {
+        for (int64_t j = 0; j < n; j++) bad += memcmp(&got[i * ldS + j], &want[i * n + j], sizeof(float)) != 0;
+        for (int64_t j = n; j < ldS; j++) guard += got[i * ldS + j] != -7.0f;
+    }
+    CHECK(bad == 0, "qkd kernel R=%d n=%lld hd=%lld: %d of %lld scores differ from pl_cpu_mm_q8_0_avx2", R,
+          (long long)n, (long long)hd, bad, (long long)(R * n));
+    CHECK(guard == 0, "qkd kernel R=%d n=%lld hd=%lld: %d writes past n", R, (long long)n, (long long)hd, guard);
+    CHECK(!pl_cpu_attq_qk_dec(3, qpack, kh, ks, n, hd, got, ldS), "qkd kernel refuses R=3");
+    free(k); free(qc); free(x); free(qpack); free(got); free(want);
+}
+#endif
+
+#if PL_CPU_HAVE_AVX2_BUILD
+/* The scan's 16-lane exp (pl_exp8's operations on a zmm) against two
+ * pl_exp8 calls, bit for bit: random arguments over the scan's range and
+ * past the clamps, exact integers, halves, -0, +-inf, NaN. */
+static void check_exp16(void) {
+    if (!pl_cpu_has_vnni512()) return;
+    enum { N = 4096 };
+    float *x = malloc(sizeof(float) * N), *a = malloc(sizeof(float) * N), *b = malloc(sizeof(float) * N);
+    pl_rng r = {4242};
+    pl_fill_normal(&r, x, N, 30.0f);
+    for (int i = 0; i < 200; i++) x[i] = -(float)i * 0.5f;   /* halves: n = x * log2(e) near ties */
+    for (int i = 200; i < 300; i++) x[i] = ldexpf(1.0f, i - 250);
+    x[300] = -0.0f; x[301] = INFINITY; x[302] = -INFINITY; x[303] = NAN; x[304] = -87.3f; x[305] = 88.0f;
+    x[306] = -1e30f; x[307] = 1e30f; x[308] = 1e-40f;
+    pl_cpu_attq_exp16(x, a, N, true);
+    pl_cpu_attq_exp16(x, b, N, false);
+    int bad = 0;
+    for (int i = 0; i < N; i++) bad += memcmp(&a[i], &b[i], sizeof(float)) != 0;
+    CHECK(bad == 0, "exp16: %d of %d differ from two pl_exp8 calls", bad, N);
+    free(x); free(a); free(b);
+}
+#endif
+
+/* Decode through the quantized-cache path with the VNNI decode scores
+ * (PL_CPU_ATTQ_DEC) on against off: token 0 at p alone (1 and 2 threads;
+ * split at depth) and in a batch of 3 at other depths (tokens 1, 2 of
+ * slots 1, 2), the same bits, no NaN, near ref. */
+static void check_dec(pl_dtype cache, int32_t p, int window, double nmse_max) {
+    att_case c = make_case(cache, p + 600, (uint64_t)(p * 17 + window + 3));
+    const size_t tok = (size_t)HD * NH, sz = 3 * tok * sizeof(float);
+    float *ref = malloc(sz), *on = malloc(sz), *off = malloc(sz), *on2 = malloc(sz);
+    const int32_t pos[3] = {p, p + 301, 5}, seq[3] = {0, 1, 2};
+    for (int nt = 1; nt <= 3; nt += 2) {
+        run_att(&c, nt, pos, seq, window, "ref", 1, ref);
+        pl_cpu_attq_dec_mode = 1;
+        run_att(&c, nt, pos, seq, window, NULL, 1, on);
+        run_att(&c, nt, pos, seq, window, NULL, 2, on2);
+        pl_cpu_attq_dec_mode = 0;
+        run_att(&c, nt, pos, seq, window, NULL, 1, off);
+        pl_cpu_attq_dec_mode = -1;
+        const int64_t n = (int64_t)tok * nt;
+        int nan = 0;
+        for (int64_t i = 0; i < n; i++) nan += isnan(on[i]) || isnan(off[i]);
+        CHECK(nan == 0, "%s dec p=%d nt=%d (rot %d): %d NaN", pl_dtype_name(cache), p, nt, g_rot, nan);
+        const double e = pl_nmse(on, off, n);
+        CHECK(e < 1e-12, "%s dec p=%d nt=%d (rot %d): on vs off nmse %g", pl_dtype_name(cache), p, nt, g_rot, e);
+        CHECK(memcmp(on, off, (size_t)n * sizeof(float)) == 0, "%s dec p=%d nt=%d (rot %d): on == off bit for bit",
+              pl_dtype_name(cache), p, nt, g_rot);
+        CHECK(memcmp(on, on2, (size_t)n * sizeof(float)) == 0, "%s dec p=%d nt=%d: 2 threads == 1",
+              pl_dtype_name(cache), p, nt);
+        const double er = pl_nmse(on, ref, n);
+        CHECK(er < nmse_max, "%s dec p=%d nt=%d (rot %d): nmse %g vs ref", pl_dtype_name(cache), p, nt, g_rot, er);
+    }
+    free(ref); free(on); free(off); free(on2);
+    free_case(&c);
+}
+
 /* The cpu backend's Hadamard rotation (vectorized) against the portable
  * one: the same bits, for every size llama.cpp uses and the in-register
  * spans alone (n = 8, 16), over values of very different magnitudes. */
@@ -303,7 +403,26 @@ int main(void) {
     check_qk_kernel(3, 5, 64);
     check_qk_kernel(33, 64, 96);
     check_qk_kernel(18, 1, 32);
+    check_exp16();
+    for (int R = 1; R <= 2; R++) {
+        check_qkd_kernel(R, 64, 128);
+        check_qkd_kernel(R, 23, 128);
+        check_qkd_kernel(R, 3, 64);
+        check_qkd_kernel(R, 45, 96);
+        check_qkd_kernel(R, 1, 32);
+    }
 #endif
+    check_dec(PL_Q8_0, 0, 0, 1e-5);        /* one position */
+    check_dec(PL_Q8_0, 70, 0, 1e-5);       /* a K tile of 64 and a tail of 7 (not a multiple of 4) */
+    check_dec(PL_Q8_0, 1300, 0, 1e-5);     /* split: three chunks */
+    check_dec(PL_Q8_0, 2100, 701, 1e-5);   /* a window */
+    check_dec(PL_Q4_0, 300, 0, 1e-5);      /* not taken (q4_0 K): unchanged */
+    g_rot = HD;
+    check_dec(PL_Q8_0, 1031, 0, 1e-5);
+    g_rot = 0;
+    pl_cpu_attq_exp16_mode = 0;   /* the scan's exp as two 8-lane calls: the same bits as below */
+    check_tiles(PL_Q8_0, 97, 630, 1e-5);
+    pl_cpu_attq_exp16_mode = -1;
     check_tiles(PL_Q8_0, 64, 0, 1e-5);     /* one block, K tiles of 64 and a tail of 0 */
     check_tiles(PL_Q8_0, 97, 630, 1e-5);   /* two blocks, a K tail of 23 (not a multiple of 4) */
     check_tiles(PL_Q4_0, 70, 301, 1e-5);   /* q4_0: the V tile only */

@@ -545,6 +545,7 @@ static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group
 int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
 int pl_cpu_attq_tile_mode = -1;
+int pl_cpu_attq_dec_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -594,7 +595,16 @@ static bool pl_att_blocked_shape(const pl_node *node) {
  * operations in the same order per row, so the same bits as without them
  * (test_attention_split); pp512 @ d4096 at 1 thread, Qwen3-0.6B shapes, the
  * attention's time went from 4.7x the f16 cache's to about 1.0x
- * (bench/bench_attention.c).
+ * (bench/bench_attention.c). The scan's exp runs pl_exp8's operations on
+ * 16 lanes (PL_CPU_ATTQ_EXP16=0: two 8-lane calls; the same bits).
+ *
+ * Decode (R <= 2 query rows: one token's KV group of 2) with a q8_0 K
+ * cache, AVX-512 VNNI (PL_CPU_ATTQ_DEC=0 turns it off): the scores come
+ * from pl_cpu_attq_qk_dec (the pair in one zmm, each K block broadcast to
+ * both halves from the cache), bit for bit as the q8_0 tile kernel it
+ * replaces, which took half the decode attention's time at depth 4096
+ * (bench_attention P=1 D=4096: q8_0 attention from 0.96-0.99x the f16
+ * cache's speed to 1.67-1.81x).
  *
  * Per-thread scratch (pl_attq_per_thread), for R query rows (the group, or
  * a prefill block's): the converted query rows, then f32 accumulators
@@ -620,8 +630,11 @@ static size_t pl_attq_qrow(const pl_cpu_mm_type *kt, int64_t hd) {
 /* Prefill (a batch of at least PL_ATT_ONLINE_TOK tokens, not batch-
  * invariant, no window): a task takes a block of tokens of one KV head, so
  * each K tile's score call has tb * group query rows as columns and each V
- * row is decoded once for all of them. */
-#define PL_ATTQ_BLOCK_ROWS 64
+ * row is decoded once for all of them. 128 rows (64 tokens at a group of
+ * 2): the K pack and the V decode of a tile spread over twice the rows of
+ * 64 (bench_attention pp512 @ d4096: q8_0 about 5% faster); a row's steps
+ * do not depend on its block, so the same bits. */
+#define PL_ATTQ_BLOCK_ROWS 128
 static int64_t pl_attq_tb(int64_t group) { return group >= PL_ATTQ_BLOCK_ROWS ? 1 : PL_ATTQ_BLOCK_ROWS / group; }
 
 static int64_t pl_attq_rows_max(const pl_node *node) {
@@ -664,6 +677,7 @@ typedef struct pl_attq_job {
     bool avx2, v512;
     bool vtile;            /* prefill blocks decode each V tile once (PL_CPU_ATTQ_TILE=0: off) */
     bool qk;               /* and take q8_0 K scores from pl_cpu_attq_qk_scores (VNNI) */
+    bool qkd;              /* decode (R <= 2 rows): q8_0 K scores from pl_cpu_attq_qk_dec (PL_CPU_ATTQ_DEC=0: off) */
     size_t vtile_off;      /* their buffers in the scratch (pl_attq_per_thread) */
     bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
     int64_t tb, n_blocks;
@@ -739,7 +753,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
     const int64_t ldT = (int64_t)pl_attq_ldt(node);
     float *scT = (float *)(kpack + ((PL_ATTQ_JB * (hd / 32) * 68 + 63) & ~(size_t)63));
     int32_t *lim = (int32_t *)(scT + PL_ATTQ_JB * ldT);
-    const bool qk = j->qk && R > 2;
+    const bool qk = j->qk && R > 2, qkd = j->qkd && R <= 2;
 #endif
     for (int64_t r = 0; r < R; r++) {
         const int64_t t = t0 + r / G;
@@ -753,7 +767,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
         memset(acc + r * hd, 0, (size_t)hd * sizeof(float));
     }
 #if PL_CPU_HAVE_AVX2_BUILD
-    if (qk) pl_cpu_attq_qk_prepare((int)R, qc, j->qrow, hd, qpack);
+    if (qk || qkd) pl_cpu_attq_qk_prepare((int)R, qc, j->qrow, hd, qpack);
 #endif
     const size_t k_off = pl_dtype_row_size(k->dtype, g * hd), v_off = pl_dtype_row_size(v->dtype, g * hd);
     const char *kb = (const char *)k->data + sq * k->nb[2] + k_off;
@@ -782,6 +796,9 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
             if (pl_cpu_attq_vtile_t((int)R, scT, ldT, n, vtile, hd, acc)) continue;
             return;   /* not reached: qk implies head_dim 32..128 (pl_att_quant) */
         }
+        if (qkd) {   /* sc[r * JB + i], the bits of the tile kernel below */
+            pl_cpu_attq_qk_dec((int)R, qpack, kb + j0 * k->nb[1], k->nb[1], n, hd, sc, PL_ATTQ_JB);
+        } else
 #endif
         for (int64_t i0 = 0; i0 < n; i0 += max_nr) {
             const int nr = (int)(n - i0 < max_nr ? n - i0 : max_nr);
@@ -897,6 +914,11 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
 #if PL_CPU_HAVE_AVX2_BUILD
     /* the VNNI kernel gives pl_cpu_mm_q8_0_avx2's bits: only in its place */
     job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
+    static int sw_dec = -1;
+    if (sw_dec < 0) sw_dec = pl_cpu_switch("PL_CPU_ATTQ_DEC");
+    if (pl_cpu_attq_exp16_mode < 0) pl_cpu_attq_exp16_mode = pl_cpu_switch("PL_CPU_ATTQ_EXP16");
+    job.qkd = (pl_cpu_attq_dec_mode >= 0 ? pl_cpu_attq_dec_mode > 0 : sw_dec) && job.v512 && k->dtype == PL_Q8_0 &&
+              job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
 #endif
     const int nth = ctx && ctx->pool ? pl_threadpool_size(ctx->pool) : 1;
     const int use = nth > 1 ? nth : 1;

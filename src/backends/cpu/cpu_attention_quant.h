@@ -52,5 +52,19 @@ bool pl_cpu_attq_vtile_t(int R, const float *ET, int64_t ldT, int64_t n, const f
 /* A V tile, n q8_0 / q4_0 rows of hd (row j at v + j * vs), decoded to
  * out [n][hd] f32 (d * q exactly); false (nothing done) for other dtypes. */
 bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, int64_t n, int64_t hd, float *out);
+/* q8_0 K scores for R = 1 or 2 query rows (decode: one token's KV group),
+ * AVX-512 VNNI: qpack from pl_cpu_attq_qk_prepare(R, ...); per K row j
+ * (q8_0, at k + j * ks) sc[r * ldS + j] = the dot of K row j and query row
+ * r, bit for bit as pl_cpu_mm_q8_0_avx2 (unscaled; not transposed). Reads
+ * K rows up to 8 past n only as prefetches. false (nothing done) for other
+ * R or hd (32..128, a multiple of 32). */
+bool pl_cpu_attq_qk_dec(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, float *sc,
+                        int64_t ldS);
+/* The scan's exp on 16 lanes: 1 (default) pl_exp8's operations on a zmm,
+ * 0 two pl_exp8 calls (the same bits; set from PL_CPU_ATTQ_EXP16 by the
+ * driver, by tests directly). pl_cpu_attq_exp16: y[i] = that exp of x[i]
+ * for whole groups of 16 of n (tests). */
+extern int pl_cpu_attq_exp16_mode;
+void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native);
 
 #endif

@@ -73,13 +73,21 @@ PL_Q512_AI void pl_attq_vupd(__m512 *A, const __m512 *x, float w, const int DB) 
 PL_Q512_AI void pl_attq_vstep2(const float *e0, const float *e1, int64_t n, pl_dtype t, const char *v, size_t vs,
                                const int DB, float *a0, float *a1) {
     __m512 A0[8], A1[8], x[8];
+    /* the row slice's bytes */
+    const size_t rb = t == PL_Q8_0 ? (size_t)DB / 2 * 34 : t == PL_Q4_0 ? (size_t)DB / 2 * 18 : (size_t)DB * 32;
     PL_Q512_UNROLL
     for (int k = 0; k < DB; k++) {
         A0[k] = _mm512_loadu_ps(a0 + 16 * k);
         A1[k] = a1 ? _mm512_loadu_ps(a1 + 16 * k) : _mm512_setzero_ps();
     }
     for (int64_t j = 0; j < n; j++) {
-        if (j + PL_VPF < n) _mm_prefetch(v + (j + PL_VPF) * vs, _MM_HINT_T0);
+        if (j + PL_VPF < n) {   /* every line of the row slice (a q8_0 slice of 128 spans 3) */
+            const char *pf = v + (j + PL_VPF) * vs;
+            _mm_prefetch(pf, _MM_HINT_T0);
+            _mm_prefetch(pf + rb - 1, _MM_HINT_T0);
+            if (rb > 128) _mm_prefetch(pf + 64, _MM_HINT_T0);
+            if (rb > 192) _mm_prefetch(pf + 128, _MM_HINT_T0);
+        }
         pl_attq_vload(t, v + j * vs, DB, x);
         pl_attq_vupd(A0, x, e0[j], DB);
         if (a1) pl_attq_vupd(A1, x, e1[j], DB);
@@ -334,10 +342,42 @@ PL_QK512 void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, siz
  * (see cpu_attention_quant.h). The scalar scan's per-row chain of compares
  * and additions (a 4-cycle add per position and row) ran at a fraction of
  * the tile's arithmetic; across rows the lanes are independent. */
-PL_Q512_AI __m512 pl_attq_exp16(__m512 x) {
+PL_Q512_AI __m512 pl_attq_exp16_2x8(__m512 x) {
     const __m256 lo = pl_exp8(_mm512_castps512_ps256(x));
     const __m256 hi = pl_exp8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
     return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+/* pl_exp8 (cpu_simd_avx2.h) on 16 lanes: its operations lane for lane, so
+ * its bits (the round to nearest of x * log2(e) as _mm256_round_ps; the
+ * conversion of the integral n exact), at half the instructions of two
+ * 8-lane calls. PL_CPU_ATTQ_EXP16=0: the two calls (test_attention_split
+ * compares the two on random and edge inputs). */
+PL_Q512_AI __m512 pl_attq_exp16_native(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.0f));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+int pl_cpu_attq_exp16_mode = -1;
+
+PL_Q512 void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native) {
+    for (int64_t i = 0; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(y + i, native ? pl_attq_exp16_native(v) : pl_attq_exp16_2x8(v));
+    }
 }
 
 PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t *lim, float scale, float *M,
@@ -345,6 +385,7 @@ PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const 
     const __m512 sc = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
     const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
     __mmask16 nmk[64];
+    const bool native = pl_cpu_attq_exp16_mode != 0;
     for (int r0 = 0; r0 < R; r0 += 16) {
         const __mmask16 rm = R - r0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (R - r0)) - 1);
         const __m512i lv = _mm512_maskz_loadu_epi32(rm, lim + r0);
@@ -367,7 +408,7 @@ PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const 
                 float *e = ET + j * ldT + r0;
                 const __mmask16 valid = _mm512_cmpgt_epi32_mask(lv, _mm512_set1_epi32((int)j));
                 const __m512 arg = _mm512_loadu_ps(e);
-                __m512 x = pl_attq_exp16(arg);
+                __m512 x = native ? pl_attq_exp16_native(arg) : pl_attq_exp16_2x8(arg);
                 const __mmask16 tail = valid & _mm512_cmple_epi32_mask(tl, _mm512_set1_epi32((int)j));
                 if (tail) {   /* the row's last lim % 8 positions: expf, as pl_cpu_vexp_avx2 */
                     float xs[16], as[16];
@@ -422,5 +463,89 @@ PL_Q512 bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, in
             }
         }
     }
+    return true;
+}
+
+/* ---- q8_0 K scores for one pair of query rows (decode; VNNI) ----------------
+ * The decode task's R <= 2 query rows (one token, a KV group of 2 or 1) were
+ * scored by pl_cpu_mm_q8_0_avx2 (AVX2 maddubs, a row at a time): about half
+ * the q8_0 decode attention's time at depth. Here the pair shares one zmm
+ * (pl_cpu_attq_qk_prepare's pack), each K block is broadcast to both halves
+ * straight from the cache (no K pack: with one pair it would be read once),
+ * and four K rows are summed at once in pl_hsum8's order, as pl_qk_tile. */
+#define PL_QKD_PF 8   /* K rows prefetched ahead */
+
+PL_QK512_AI void pl_qkd_rows(const int NB, const int KR, const pl_qk_qblk *qp, const char *k, size_t ks, int R,
+                             float *sc, int64_t ldS) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80);
+    __m512 acc[4];
+    PL_QK_UNROLL
+    for (int a = 0; a < KR; a++) acc[a] = _mm512_setzero_ps();
+    PL_QK_UNROLL
+    for (int i = 0; i < NB; i++) {
+        const __m512i q = _mm512_loadu_si512(qp[i].qs), nc = _mm512_loadu_si512(qp[i].nc);
+        const __m512 dq = _mm512_loadu_ps(qp[i].d);
+        PL_QK_UNROLL
+        for (int a = 0; a < KR; a++) {
+            const block_q8_0 *b = (const block_q8_0 *)(k + (size_t)a * ks) + i;
+            const __m256i u = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), x80);
+            const __m512i ku = _mm512_inserti64x4(_mm512_castsi256_si512(u), u, 1);
+            const __m512 dk = _mm512_set1_ps(_cvtsh_ss(b->d));
+            const __m512i s = _mm512_dpbusd_epi32(nc, ku, q);
+            acc[a] = _mm512_fmadd_ps(_mm512_mul_ps(dk, dq), _mm512_cvtepi32_ps(s), acc[a]);
+        }
+    }
+    if (KR == 4) {   /* pl_qk_tile's transposed pl_hsum8 */
+        __m512 t[4];
+        PL_QK_UNROLL
+        for (int a = 0; a < 4; a++) t[a] = _mm512_add_ps(acc[a], _mm512_shuffle_f32x4(acc[a], acc[a], 0xB1));
+        const __m512 u01 = _mm512_add_ps(_mm512_shuffle_ps(t[0], t[1], 0x44), _mm512_shuffle_ps(t[0], t[1], 0xEE));
+        const __m512 u23 = _mm512_add_ps(_mm512_shuffle_ps(t[2], t[3], 0x44), _mm512_shuffle_ps(t[2], t[3], 0xEE));
+        const __m512 w = _mm512_add_ps(_mm512_shuffle_ps(u01, u23, 0x88), _mm512_shuffle_ps(u01, u23, 0xDD));
+        _mm_storeu_ps(sc, _mm512_castps512_ps128(w));
+        if (R > 1) _mm_storeu_ps(sc + ldS, _mm512_extractf32x4_ps(w, 2));
+        return;
+    }
+    for (int h = 0; h < R; h++) {
+        const __m256 v = h ? _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[0]), 1))
+                           : _mm512_castps512_ps256(acc[0]);
+        __m128 t = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        t = _mm_add_ps(t, _mm_movehl_ps(t, t));
+        t = _mm_add_ss(t, _mm_movehdup_ps(t));
+        sc[h * ldS] = _mm_cvtss_f32(t);
+    }
+}
+
+PL_QK512_AI void pl_qkd(const int NB, int R, const pl_qk_qblk *qp, const char *k, size_t ks, int64_t n, float *sc,
+                        int64_t ldS) {
+    const size_t rb = (size_t)NB * sizeof(block_q8_0);
+    int64_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        for (int a = 0; a < 4; a++) {
+            const char *pf = k + (size_t)(j + a + PL_QKD_PF) * ks;
+            for (size_t o = 0; o < rb; o += 64) _mm_prefetch(pf + o, _MM_HINT_T0);
+            _mm_prefetch(pf + rb - 1, _MM_HINT_T0);
+        }
+        pl_qkd_rows(NB, 4, qp, k + (size_t)j * ks, ks, R, sc + j, ldS);
+    }
+    for (; j < n; j++) pl_qkd_rows(NB, 1, qp, k + (size_t)j * ks, ks, R, sc + j, ldS);
+}
+
+#define PL_QKD_FN(NB)                                                                                          \
+    static PL_QK512 void pl_qkd_nb##NB(int R, const pl_qk_qblk *qp, const char *k, size_t ks, int64_t n,     \
+                                       float *sc, int64_t ldS) {                                             \
+        pl_qkd(NB, R, qp, k, ks, n, sc, ldS);                                                                \
+    }
+PL_QKD_FN(1)
+PL_QKD_FN(2)
+PL_QKD_FN(3)
+PL_QKD_FN(4)
+
+bool pl_cpu_attq_qk_dec(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, float *sc,
+                        int64_t ldS) {
+    if (R < 1 || R > 2 || hd % 32 || hd < 32 || hd > 128) return false;
+    void (*fn)(int, const pl_qk_qblk *, const char *, size_t, int64_t, float *, int64_t) =
+        hd == 32 ? pl_qkd_nb1 : hd == 64 ? pl_qkd_nb2 : hd == 96 ? pl_qkd_nb3 : pl_qkd_nb4;
+    fn(R, qpack, k, ks, n, sc, ldS);
     return true;
 }

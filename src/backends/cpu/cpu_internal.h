@@ -577,4 +577,10 @@ void pl_cpu_add_avx2(const float *a, const float *b, float *y, int64_t n);
 void pl_cpu_swiglu_avx2(const float *g, const float *u, float *y, int64_t n);
 #endif
 
+/* The decode q8_0 K scores with VNNI (cpu_attention.c, pl_cpu_attq_qk_dec:
+ * a query pair per vector, K blocks broadcast from the cache): -1 follows
+ * the switch PL_CPU_ATTQ_DEC; tests set 0 (off: the q8_0 matmul tile
+ * kernel) or 1 (on where it applies). The same bits either way. */
+extern int pl_cpu_attq_dec_mode;
+
 #endif
