@@ -102,6 +102,38 @@ static void check_learned(void) {
     CHECK(pl_srv_step_prompt_budget(&e, &c, 4) == 13, "infinite target: the auto one");
 }
 
+/* serve's default target: the slack shared among the decoding sequences
+ * (slack_seqs 3: 2.5 x the decode step beside one, 1.5 x beside three,
+ * 1.25 x beside six); an explicit target and a broken factor as before. */
+static void check_shared_slack(void) {
+    pl_srv_budget_cfg c = cfg_auto();
+    CHECK(near(pl_srv_step_target(&c, 0.08, 1), 0.12) && near(pl_srv_step_target(&c, 0.08, 6), 0.12),
+          "slack_seqs 0: factor x the decode step whatever the count");
+    c.slack_seqs = 3;
+    CHECK(near(pl_srv_step_target(&c, 0.08, 1), 0.2), "1 decoding: %g", pl_srv_step_target(&c, 0.08, 1));
+    CHECK(near(pl_srv_step_target(&c, 0.08, 0), 0.2), "0 decoding: as 1");
+    CHECK(near(pl_srv_step_target(&c, 0.08, 3), 0.12), "3 decoding: %g", pl_srv_step_target(&c, 0.08, 3));
+    CHECK(near(pl_srv_step_target(&c, 0.08, 6), 0.1), "6 decoding: %g", pl_srv_step_target(&c, 0.08, 6));
+    CHECK(pl_srv_step_target(&c, 0, 1) == 0 && pl_srv_step_target(&c, NAN, 1) == 0, "unknown decode step");
+    c.max_step_s = 0.3;
+    CHECK(near(pl_srv_step_target(&c, 0.08, 1), 0.3) && near(pl_srv_step_target(&c, 0.08, 6), 0.3),
+          "an explicit target whatever the count");
+    c.max_step_s = 0;
+    c.factor = NAN;
+    CHECK(near(pl_srv_step_target(&c, 0.08, 1), 0.08), "NaN factor: no slack");
+    /* The chunk follows: beside one sequence (decode step 45 ms, 6 ms a
+     * prompt token, linear rule) 2.5 x buys 11 tokens where 1.5 x bought 3;
+     * beside six, 1.25 x of the same step buys 1. */
+    c = cfg_auto();
+    c.cost = PL_SRV_COST_LINEAR;
+    c.slack_seqs = 3;
+    pl_srv_step_est e = {.decode_s = 0.045, .decode_n = 6, .prompt_s = 0.006, .n_decode = 9, .n_prompt = 9};
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 11, "1 decoding: %d", pl_srv_step_prompt_budget(&e, &c, 1));
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 6) == 1, "6 decoding: %d", pl_srv_step_prompt_budget(&e, &c, 6));
+    c.slack_seqs = 0;
+    CHECK(pl_srv_step_prompt_budget(&e, &c, 1) == 3, "fixed 1.5 x, 1 decoding: %d", pl_srv_step_prompt_budget(&e, &c, 1));
+}
+
 /* Timings that say nothing leave the estimates alone. */
 static void check_bad_timings(void) {
     pl_srv_step_est e = {0};
@@ -204,6 +236,7 @@ static void check_bounds(void) {
         c.cap = 1 + rand() % 600;
         c.max_step_s = vals[rand() % nv];
         c.factor = 1 + vals[rand() % nv];
+        c.slack_seqs = vals[rand() % nv];
         c.timed = rand() % 4 != 0;
         c.cost = rand() % 2 ? PL_SRV_COST_LINEAR : PL_SRV_COST_ROOFLINE;
         e.row_s = vals[rand() % nv];
@@ -388,6 +421,7 @@ int main(void) {
     check_first_steps();
     check_fixed();
     check_learned();
+    check_shared_slack();
     check_bad_timings();
     check_decode_time();
     check_outliers();

@@ -104,7 +104,7 @@ def test_time_budget_outputs_identical(make_server):
     assert m["pocketllm:step_decode_seconds"] > 0, m
     assert m["pocketllm:step_prompt_seconds_per_token"] > 0, m
     auto = make_server("--parallel", "6")
-    assert "steps of 1.5 x a decode step while decoding" in auto.log_text()
+    assert "steps of 1 + 0.5 x 3 / n decode steps while n decode" in auto.log_text()
     got_auto = concurrent(auto)
     for i in range(len(PROMPTS)):
         assert got_tight[i] == alone[i], f"prompt {i}: 1 ms time budget output differs from alone"

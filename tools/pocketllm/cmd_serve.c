@@ -21,9 +21,10 @@ static const char *serve_usage =
     "  --max-step-ms MS     time budget of a step while any sequence is decoding (= their inter-token\n"
     "                       latency): prompt tokens are added to a step only as far as its predicted\n"
     "                       time (max(measured decode step, rows x measured row cost)) stays within MS\n"
-    "                       (default: --max-step-factor x the measured decode step; 0 = off, a fixed\n"
+    "                       (default: from --max-step-factor and the measured decode step; 0 = off, a fixed\n"
     "                       128 tokens); a prompt with nobody decoding gets a full --batch chunk\n"
-    "  --max-step-factor F  the default --max-step-ms as a multiple of the decode step (default 1.5)\n"
+    "  --max-step-factor F  the default --max-step-ms: the decode step x (1 + (F - 1) x 3 / n) while n\n"
+    "                       sequences decode: F with 3, 2.5 with 1 at the default (default 1.5)\n"
     "  --queue N            requests that may wait for a slot (default 4 x parallel; more get 503)\n"
     "  --threads N          worker threads (default: all cores)\n"
     "  --device ref|cpu|cuda backend (default cpu; 'pocketllm devices' lists them)\n"
@@ -231,6 +232,7 @@ static int cmd_serve(int argc, char **argv) {
     s.budget.cap = s.budget.timed && cfg.max_batched_tokens <= 0 ? s.n_batch : s.step_budget;
     s.budget.max_step_s = cfg.max_step_ms > 0 ? cfg.max_step_ms / 1e3 : 0;
     s.budget.factor = cfg.max_step_factor;
+    s.budget.slack_seqs = PL_SRV_SLACK_SEQS;
     s.budget.fallback = s.step_budget;
     /* The linear prompt cost by default; PL_SERVE_STEP_COST=roofline models
      * a step as max(decode step, rows x row cost) (server_budget.h). Measured
@@ -268,8 +270,8 @@ static int cmd_serve(int argc, char **argv) {
         snprintf(while_decoding, sizeof while_decoding, "steps of %g ms while decoding, at most %d tokens",
                  cfg.max_step_ms, s.budget.cap);
     else
-        snprintf(while_decoding, sizeof while_decoding, "steps of %g x a decode step while decoding, at most %d tokens",
-                 cfg.max_step_factor, s.budget.cap);
+        snprintf(while_decoding, sizeof while_decoding, "steps of 1 + %g x 3 / n decode steps while n decode, at most %d tokens",
+                 cfg.max_step_factor - 1, s.budget.cap);
     if (s.budget.timed && s.budget.cost == PL_SRV_COST_ROOFLINE) {
         size_t n = strlen(while_decoding);
         snprintf(while_decoding + n, sizeof while_decoding - n, ", roofline cost");

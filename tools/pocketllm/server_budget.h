@@ -71,8 +71,9 @@ typedef struct pl_srv_budget_cfg {
     int n_batch;          /* tokens per step with nobody decoding (a full chunk) */
     int cap;              /* hard cap on a step's tokens while decoding, decode tokens included (<= n_batch) */
     bool timed;           /* false: cap is the budget (an explicit --max-num-batched-tokens alone) */
-    double max_step_s;    /* target step time while decoding; <= 0: factor x the predicted decode step */
-    double factor;        /* see max_step_s (> 1) */
+    double max_step_s;    /* target step time while decoding; <= 0: from factor (pl_srv_step_target) */
+    double factor;        /* see max_step_s and pl_srv_step_target (> 1) */
+    double slack_seqs;    /* > 0: factor's slack is shared among the decoders (pl_srv_step_target); 0: not */
     int fallback;         /* step tokens while decoding before both costs are measured */
     pl_srv_step_cost cost; /* the prompt tokens' cost model (0: the roofline) */
 } pl_srv_budget_cfg;
@@ -93,6 +94,14 @@ double pl_srv_step_decode_time(const pl_srv_step_est *e, int n_decode);
 /* Predicted time of a step with n_decode decode and n_prompt prompt tokens
  * under the cost model c (0 while unknown). */
 double pl_srv_step_time(const pl_srv_step_est *e, pl_srv_step_cost c, int n_decode, int n_prompt);
+
+/* The target time of a step that holds n_decode decode tokens, given the
+ * predicted decode step t_decode: c->max_step_s when set, else the decode
+ * step plus (factor - 1) x t_decode, times slack_seqs / n_decode when
+ * slack_seqs > 0 (the slack shared among the sequences the step delays; see
+ * server_budget.c). 0 while unknown. */
+#define PL_SRV_SLACK_SEQS 3 /* serve's slack_seqs */
+double pl_srv_step_target(const pl_srv_budget_cfg *c, double t_decode, int n_decode);
 
 /* Prompt tokens to add to a step that holds n_decode decode tokens: with
  * nobody decoding, a full chunk (n_batch); else what keeps the predicted
