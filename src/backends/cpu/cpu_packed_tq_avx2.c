@@ -377,66 +377,46 @@ PL_VBMI_AI void pl_tq1c_gemm_panel(int64_t nb, const uint8_t *codes, const uint1
     for (int c = 0; c < R; c++) _mm512_mask_storeu_ps(d + c * ldd, mk, accf[c]);
 }
 
-PL_VBMI static void pl_gemm_tq1c(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,
-                                 int64_t c0, int64_t c1, float *dst, int64_t N) {
-    const int64_t nb = K / QK_K;
-    const size_t pb = pl_tq1x_panel_bytes(K);
-    pl_tq1c_tabs T;
-    pl_tq1c_tabs_load(&T);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *codes = w + (size_t)p * pb;
-        const uint16_t *scales = (const uint16_t *)(codes + nb * PL_TQ1X_BLOCK);
-        const __mmask16 mk = pl_panel_mask_t(p, N);
-        if (c1 - c0 == 1) {
-            const __m512 r = pl_tq1c_gemv_panel(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as), &T);
-            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
-            continue;
-        }
-        for (int64_t c = c0; c < c1; c += 4) {
-            const pl_q8kx *y[4];
-            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
-            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + PL_KQX_ROWS * p;
-            switch (R) {
-                case 4: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 4); break;
-                case 3: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 3); break;
-                case 2: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 2); break;
-                default: pl_tq1c_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 1); break;
-            }
-        }
+/* The panel loop of a tq1_0 code: one activation row takes the gemv panel,
+ * more go 4 at a time through the gemm panel (R a constant per call, so each
+ * is compiled unrolled); TABS is the code's lookup tables. */
+#define PL_TQ1_GEMM_DRIVER(NAME, TABS, LOAD, GEMV, GEMM)                                                          \
+    PL_VBMI static void NAME(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a, size_t as,      \
+                             int64_t c0, int64_t c1, float *dst, int64_t N) {                                      \
+        const int64_t nb = K / QK_K;                                                                               \
+        const size_t pb = pl_tq1x_panel_bytes(K);                                                                  \
+        TABS T;                                                                                                    \
+        LOAD(&T);                                                                                                  \
+        for (int64_t p = p0; p < p1; p++) {                                                                        \
+            const uint8_t *codes = w + (size_t)p * pb;                                                             \
+            const uint16_t *scales = (const uint16_t *)(codes + nb * PL_TQ1X_BLOCK);                               \
+            const __mmask16 mk = pl_panel_mask_t(p, N);                                                            \
+            if (c1 - c0 == 1) {                                                                                    \
+                const __m512 r = GEMV(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as), &T);        \
+                _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);                                      \
+                continue;                                                                                          \
+            }                                                                                                      \
+            for (int64_t c = c0; c < c1; c += 4) {                                                                 \
+                const pl_q8kx *y[4];                                                                               \
+                const int R = c1 - c < 4 ? (int)(c1 - c) : 4;                                                      \
+                for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);             \
+                float *d = dst + c * N + PL_KQX_ROWS * p;                                                          \
+                switch (R) {                                                                                       \
+                    case 4: GEMM(nb, codes, scales, y, d, N, mk, &T, 4); break;                                    \
+                    case 3: GEMM(nb, codes, scales, y, d, N, mk, &T, 3); break;                                    \
+                    case 2: GEMM(nb, codes, scales, y, d, N, mk, &T, 2); break;                                    \
+                    default: GEMM(nb, codes, scales, y, d, N, mk, &T, 1); break;                                   \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
     }
-}
+PL_TQ1_GEMM_DRIVER(pl_gemm_tq1c, pl_tq1c_tabs, pl_tq1c_tabs_load, pl_tq1c_gemv_panel, pl_tq1c_gemm_panel)
+PL_TQ1_GEMM_DRIVER(pl_gemm_tq1g, pl_tq1_tabs, pl_tq1_tabs_load, pl_tq1_gemv_panel, pl_tq1_gemm_panel)
 
+/* tq1_0's code at load decides the kernel (pl_cpu_tq1_lut4: the lookup code,
+ * or ggml's with PL_CPU_TQ1DEC=0). */
 PL_VBMI void pl_cpu_gemm_tq1x16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                      size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
-    if (pl_cpu_tq1_lut4()) {
-        pl_gemm_tq1c(K, w, p0, p1, a, as, c0, c1, dst, N);
-        return;
-    }
-    const int64_t nb = K / QK_K;
-    const size_t pb = pl_tq1x_panel_bytes(K);
-    pl_tq1_tabs T;
-    pl_tq1_tabs_load(&T);
-    for (int64_t p = p0; p < p1; p++) {
-        const uint8_t *codes = w + (size_t)p * pb;
-        const uint16_t *scales = (const uint16_t *)(codes + nb * PL_TQ1X_BLOCK);
-        const __mmask16 mk = pl_panel_mask_t(p, N);
-        if (c1 - c0 == 1) {
-            const __m512 r = pl_tq1_gemv_panel(nb, codes, scales, (const pl_q8kx *)((const char *)a + c0 * as), &T);
-            _mm512_mask_storeu_ps(dst + c0 * N + PL_KQX_ROWS * p, mk, r);
-            continue;
-        }
-        for (int64_t c = c0; c < c1; c += 4) {
-            const pl_q8kx *y[4];
-            const int R = c1 - c < 4 ? (int)(c1 - c) : 4;
-            for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
-            float *d = dst + c * N + PL_KQX_ROWS * p;
-            switch (R) {
-                case 4: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 4); break;
-                case 3: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 3); break;
-                case 2: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 2); break;
-                default: pl_tq1_gemm_panel(nb, codes, scales, y, d, N, mk, &T, 1); break;
-            }
-        }
-    }
+    if (pl_cpu_tq1_lut4()) pl_gemm_tq1c(K, w, p0, p1, a, as, c0, c1, dst, N);
+    else pl_gemm_tq1g(K, w, p0, p1, a, as, c0, c1, dst, N);
 }
