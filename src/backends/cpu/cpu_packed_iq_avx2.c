@@ -647,6 +647,18 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
 /* iq1_m, one row: pair k = the 16 weights of scale k (groups 2 k, 2 k + 1, qh nibbles 0 / 1, bit 3
  * the delta sign). S16 = sum (8 g + delta) q8 = 8 D + sum (delta_g + 1) B_g - 9 B16 =
  * 8 D - 7 B16 - 2 (B_a if a's sign + B_b if b's sign), B_g the q8 sum of group g (8 weights). */
+/* iq1_m's 16 f16 block scales of a panel, from its 64 scale words (sc: 4 words a row): nibble k
+ * of the f16 in the top 4 bits of word k. Shared by the one-row kernel and the batched panel. */
+PL_IQX_AI __m512 pl_iq1mx_d16(const uint16_t *sc) {
+    const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
+    const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
+    const __m256i dh = _mm256_or_si256(
+        _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
+                        _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
+    return _mm512_cvtph_ps(dh);
+}
+
 PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8kx *y, float *d, __mmask16 mk) {
     __attribute__((aligned(64))) int8_t qtb[256];
     __attribute__((aligned(64))) int32_t cb[48];
@@ -692,13 +704,7 @@ PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8k
             const __m512i ls = _mm512_ternarylogic_epi32(s2, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
             bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, ls));
         }
-        const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
-        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
-        const __m256i dh = _mm256_or_si256(
-            _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
-                            _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
-        const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(dh), _mm512_set1_ps(y[b].b.d));
+        const __m512 dd = _mm512_mul_ps(pl_iq1mx_d16(sc), _mm512_set1_ps(y[b].b.d));
         accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
     }
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
@@ -787,14 +793,7 @@ PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *c
                 bhi[c] = _mm512_add_epi32(bhi[c], _mm512_add_epi32(_mm512_mullo_epi32(ahi[c], lshi), _mm512_mullo_epi32(B, lehi)));
             }
         }
-        /* d: nibble k of the f16 in the top 4 bits of scale word k */
-        const __m256i s0 = _mm256_loadu_si256((const __m256i *)sc), s1 = _mm256_loadu_si256((const __m256i *)(sc + 16));
-        const __m256i s2 = _mm256_loadu_si256((const __m256i *)(sc + 32)), s3 = _mm256_loadu_si256((const __m256i *)(sc + 48));
-        const __m256i dh = _mm256_or_si256(
-            _mm256_or_si256(_mm256_srli_epi16(s0, 12), _mm256_and_si256(_mm256_srli_epi16(s1, 8), _mm256_set1_epi16(0x00F0))),
-            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(s2, 4), _mm256_set1_epi16(0x0F00)),
-                            _mm256_and_si256(s3, _mm256_set1_epi16((short)0xF000))));
-        const __m512 d16 = _mm512_cvtph_ps(dh);
+        const __m512 d16 = pl_iq1mx_d16(sc);
         pl_iqx_block_acc(blo, bhi, d16, y, b, accf, R);
     }
 }
