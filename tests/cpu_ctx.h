@@ -13,6 +13,17 @@ static inline pl_status run_on(const pl_backend *b, pl_exec_ctx *ctx, const pl_n
     return k->run(ctx, n);
 }
 
+/* n on the ref backend, in a one-thread context of its own. */
+static inline pl_status run_ref(const pl_node *n) {
+    const pl_backend *ref = pl_backend_find("ref");
+    pl_exec_ctx *ctx = NULL;
+    pl_status st = ref->ctx_create(1, &ctx);
+    if (st != PL_OK) return st;
+    st = run_on(ref, ctx, n);
+    ref->ctx_free(ctx);
+    return st;
+}
+
 static inline pl_exec_ctx *cpu_ctx(int nth, size_t work) {
     pl_exec_ctx *ctx = NULL;
     if (pl_backend_cpu.ctx_create(nth, &ctx) != PL_OK) return NULL;

@@ -224,16 +224,12 @@ static void check_tiles(pl_dtype cache, int nt, int32_t p0, double nmse_max) {
 
 #if PL_CPU_HAVE_AVX2_BUILD
 #include "backends/cpu/cpu_attention_quant.h"
-/* The VNNI score kernel alone against the q8_0 matmul tile kernel it stands
- * in for, bit for bit: R query rows (odd R: the last pair half used) x n K
- * rows (n % 4: the one-row tiles), K rows of a wider cache row (stride). */
-static void check_qk_kernel(int R, int64_t n, int64_t hd) {
-    if (!pl_cpu_has_vnni512()) return;
-    const int64_t nb = hd / 32, kvd = 3 * hd;   /* the head slice inside a row of 3 heads */
-    const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
-    char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
+/* Random q8_0 K rows (n rows of kvd, stride ks) and R query rows of hd
+ * converted as the driver converts them (qrow apart), from one seed. */
+static void fill_q8_kq(uint64_t seed, char *k, size_t ks, int64_t kvd, int64_t n, char *qc, size_t qrow, int64_t hd,
+                       int R) {
     float *x = malloc(sizeof(float) * (size_t)kvd);
-    pl_rng r = {(uint64_t)(R * 1000 + n)};
+    pl_rng r = {seed};
     for (int64_t j = 0; j < n; j++) {
         pl_fill_normal(&r, x, kvd, 2.0f);
         pl_quantize_row(PL_Q8_0, x, k + j * ks, kvd);
@@ -242,6 +238,18 @@ static void check_qk_kernel(int R, int64_t n, int64_t hd) {
         pl_fill_normal(&r, x, hd, 1.0f);
         pl_cpu_quantize_q8_0_avx2(x, qc + i * qrow, hd);
     }
+    free(x);
+}
+
+/* The VNNI score kernel alone against the q8_0 matmul tile kernel it stands
+ * in for, bit for bit: R query rows (odd R: the last pair half used) x n K
+ * rows (n % 4: the one-row tiles), K rows of a wider cache row (stride). */
+static void check_qk_kernel(int R, int64_t n, int64_t hd) {
+    if (!pl_cpu_has_vnni512()) return;
+    const int64_t nb = hd / 32, kvd = 3 * hd;   /* the head slice inside a row of 3 heads */
+    const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
+    char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
+    fill_q8_kq((uint64_t)(R * 1000 + n), k, ks, kvd, n, qc, qrow, hd, R);
     const int64_t ldT = (R + 15) & ~15;
     void *qpack = malloc(pl_cpu_attq_qk_qpack_size(R, hd)), *kpack = malloc(pl_cpu_attq_qk_kpack_size(n, hd));
     float *sT = malloc(sizeof(float) * (size_t)(ldT * n)), *want = malloc(sizeof(float) * (size_t)(R * n));
@@ -257,7 +265,7 @@ static void check_qk_kernel(int R, int64_t n, int64_t hd) {
         for (int64_t j = 0; j < n; j++) bad += memcmp(&sT[j * ldT + i], &want[i * n + j], sizeof(float)) != 0;
     CHECK(bad == 0, "qk kernel R=%d n=%lld hd=%lld: %d of %lld scores differ from pl_cpu_mm_q8_0_avx2", R,
           (long long)n, (long long)hd, bad, (long long)(R * n));
-    free(k); free(qc); free(x); free(qpack); free(kpack); free(sT); free(want);
+    free(k); free(qc); free(qpack); free(kpack); free(sT); free(want);
 }
 #endif
 
@@ -271,16 +279,7 @@ static void check_qkd_kernel(int R, int64_t n, int64_t hd) {
     const int64_t nb = hd / 32, kvd = 3 * hd, ldS = n + 3;
     const size_t ks = (size_t)(kvd / 32) * sizeof(block_q8_0), qrow = (size_t)nb * sizeof(block_q8_0);
     char *k = malloc(ks * (size_t)n), *qc = malloc(qrow * (size_t)R);
-    float *x = malloc(sizeof(float) * (size_t)kvd);
-    pl_rng r = {(uint64_t)(R * 7777 + n + hd)};
-    for (int64_t j = 0; j < n; j++) {
-        pl_fill_normal(&r, x, kvd, 2.0f);
-        pl_quantize_row(PL_Q8_0, x, k + j * ks, kvd);
-    }
-    for (int i = 0; i < R; i++) {
-        pl_fill_normal(&r, x, hd, 1.0f);
-        pl_cpu_quantize_q8_0_avx2(x, qc + i * qrow, hd);
-    }
+    fill_q8_kq((uint64_t)(R * 7777 + n + hd), k, ks, kvd, n, qc, qrow, hd, R);
     void *qpack = malloc(pl_cpu_attq_qk_qpack_size(R, hd));
     float *got = malloc(sizeof(float) * (size_t)(R * ldS)), *want = malloc(sizeof(float) * (size_t)(R * n));
     for (int64_t i = 0; i < R * ldS; i++) got[i] = -7.0f;
@@ -298,7 +297,7 @@ static void check_qkd_kernel(int R, int64_t n, int64_t hd) {
           (long long)n, (long long)hd, bad, (long long)(R * n));
     CHECK(guard == 0, "qkd kernel R=%d n=%lld hd=%lld: %d writes past n", R, (long long)n, (long long)hd, guard);
     CHECK(!pl_cpu_attq_qk_dec(3, qpack, kh, ks, n, hd, got, ldS), "qkd kernel refuses R=3");
-    free(k); free(qc); free(x); free(qpack); free(got); free(want);
+    free(k); free(qc); free(qpack); free(got); free(want);
 }
 #endif
 

@@ -37,16 +37,6 @@
 
 extern const pl_backend pl_backend_cpu;
 
-static pl_status run_ref(const pl_node *n) {
-    const pl_backend *ref = pl_backend_find("ref");
-    pl_exec_ctx *ctx = NULL;
-    pl_status st = ref->ctx_create(1, &ctx);
-    if (st != PL_OK) return st;
-    st = run_on(ref, ctx, n);
-    ref->ctx_free(ctx);
-    return st;
-}
-
 /* the copied() callback: marks the bytes it is told about */
 typedef struct copy_log { const char *base; size_t size; unsigned char *seen; } copy_log;
 static void on_copied(void *user, const void *p, size_t bytes) {

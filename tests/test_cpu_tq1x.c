@@ -23,16 +23,6 @@
 #include "kernels/abi.h"
 #include "quant/quant.h"
 
-static pl_status run_ref(const pl_node *n) {
-    const pl_backend *ref = pl_backend_find("ref");
-    pl_exec_ctx *ctx = NULL;
-    pl_status st = ref->ctx_create(1, &ctx);
-    if (st != PL_OK) return st;
-    st = run_on(ref, ctx, n);
-    ref->ctx_free(ctx);
-    return st;
-}
-
 static void test_codes(void) {
     bool seen[256] = {false}, distinct = true, back = true;
     for (int v = 0; v < 243; v++) {
