@@ -546,6 +546,7 @@ int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
 int pl_cpu_attq_tile_mode = -1;
 int pl_cpu_attq_dec_mode = -1;
+int pl_cpu_attq_exp16_mode = -1;
 
 /* Shapes the blocked online path (pl_att_online_block) takes, on AVX2: two
  * query rows per V load, a group that fits a task. Not a function of the
@@ -678,6 +679,7 @@ typedef struct pl_attq_job {
     bool vtile;            /* prefill blocks decode each V tile once (PL_CPU_ATTQ_TILE=0: off) */
     bool qk;               /* and take q8_0 K scores from pl_cpu_attq_qk_scores (VNNI) */
     bool qkd;              /* decode (R <= 2 rows): q8_0 K scores from pl_cpu_attq_qk_dec (PL_CPU_ATTQ_DEC=0: off) */
+    bool exp16;            /* the prefill scan's exp on 16 lanes (PL_CPU_ATTQ_EXP16=0: two 8-lane calls) */
     size_t vtile_off;      /* their buffers in the scratch (pl_attq_per_thread) */
     bool block;            /* prefill: tasks of tb tokens x one KV head (pl_attq_tb) */
     int64_t tb, n_blocks;
@@ -786,7 +788,7 @@ static void pl_attq_rows(const pl_attq_job *j, int64_t t0, int64_t t1, int64_t g
                 const int64_t pr = pl_att_i32(node->src[3], t0 + r / G);
                 lim[r] = (int32_t)(pr + 1 - j0 < 0 ? 0 : pr + 1 - j0 < n ? pr + 1 - j0 : n);
             }
-            pl_cpu_attq_scan_t((int)R, scT, ldT, n, lim, j->scale, M, S);
+            pl_cpu_attq_scan_t((int)R, scT, ldT, n, lim, j->scale, M, S, j->exp16);
             const char *vt = vb + j0 * v->nb[1];
             if (!pl_cpu_attq_vdecode_avx512(v->dtype, vt, v->nb[1], n, hd, vtile))
                 for (int64_t i = 0; i < n; i++) {
@@ -914,9 +916,9 @@ static pl_status pl_att_quant(pl_exec_ctx *ctx, const pl_node *node) {
 #if PL_CPU_HAVE_AVX2_BUILD
     /* the VNNI kernel gives pl_cpu_mm_q8_0_avx2's bits: only in its place */
     job.qk = job.vtile && job.v512 && k->dtype == PL_Q8_0 && job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
-    static int sw_dec = -1;
-    if (sw_dec < 0) sw_dec = pl_cpu_switch("PL_CPU_ATTQ_DEC");
-    if (pl_cpu_attq_exp16_mode < 0) pl_cpu_attq_exp16_mode = pl_cpu_switch("PL_CPU_ATTQ_EXP16");
+    static int sw_dec = -1, sw_exp16 = -1;
+    if (sw_dec < 0) sw_dec = pl_cpu_switch("PL_CPU_ATTQ_DEC"), sw_exp16 = pl_cpu_switch("PL_CPU_ATTQ_EXP16");
+    job.exp16 = pl_cpu_attq_exp16_mode >= 0 ? pl_cpu_attq_exp16_mode > 0 : sw_exp16;
     job.qkd = (pl_cpu_attq_dec_mode >= 0 ? pl_cpu_attq_dec_mode > 0 : sw_dec) && job.v512 && k->dtype == PL_Q8_0 &&
               job.kt->kernel == pl_cpu_mm_q8_0_avx2 && job.hd <= 128;
 #endif

@@ -45,7 +45,7 @@ void pl_cpu_attq_qk_scores(int R, const void *qpack, const char *k, size_t ks, i
  * lim % 8); then S = S * e + 1 (the tag -e) or S = S * 1 + e. Positions
  * past lim[r] get 0. ldT % 16 == 0. */
 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t *lim, float scale, float *M,
-                        float *S);
+                        float *S, bool exp16);
 /* The V step of pl_cpu_attq_vstep_avx512 for a decoded f32 tile V [n][hd]
  * and the transposed weights ET[j * ldT + r]. */
 bool pl_cpu_attq_vtile_t(int R, const float *ET, int64_t ldT, int64_t n, const float *V, int64_t hd, float *acc);
@@ -60,10 +60,11 @@ bool pl_cpu_attq_vdecode_avx512(pl_dtype t, const char *v, size_t vs, int64_t n,
  * R or hd (32..128, a multiple of 32). */
 bool pl_cpu_attq_qk_dec(int R, const void *qpack, const char *k, size_t ks, int64_t n, int64_t hd, float *sc,
                         int64_t ldS);
-/* The scan's exp on 16 lanes: 1 (default) pl_exp8's operations on a zmm,
- * 0 two pl_exp8 calls (the same bits; set from PL_CPU_ATTQ_EXP16 by the
- * driver, by tests directly). pl_cpu_attq_exp16: y[i] = that exp of x[i]
- * for whole groups of 16 of n (tests). */
+/* The scan's exp (its exp16 argument): true pl_exp8's operations on a zmm,
+ * false two pl_exp8 calls (the same bits). pl_cpu_attq_exp16_mode: -1
+ * follows the switch PL_CPU_ATTQ_EXP16 (on by default); tests set 0 or 1.
+ * pl_cpu_attq_exp16: y[i] = that exp of x[i] for whole groups of 16 of n
+ * (tests). */
 extern int pl_cpu_attq_exp16_mode;
 void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native);
 

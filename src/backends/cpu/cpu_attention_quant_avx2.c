@@ -371,8 +371,6 @@ PL_Q512_AI __m512 pl_attq_exp16_native(__m512 x) {
     return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
 }
 
-int pl_cpu_attq_exp16_mode = -1;
-
 PL_Q512 void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native) {
     for (int64_t i = 0; i + 16 <= n; i += 16) {
         const __m512 v = _mm512_loadu_ps(x + i);
@@ -381,11 +379,10 @@ PL_Q512 void pl_cpu_attq_exp16(const float *x, float *y, int64_t n, bool native)
 }
 
 PL_Q512 void pl_cpu_attq_scan_t(int R, float *ET, int64_t ldT, int64_t n, const int32_t *lim, float scale, float *M,
-                                float *S) {
+                                float *S, bool native) {
     const __m512 sc = _mm512_set1_ps(scale), one = _mm512_set1_ps(1.0f);
     const __m512 sign = _mm512_castsi512_ps(_mm512_set1_epi32((int)0x80000000u));
     __mmask16 nmk[64];
-    const bool native = pl_cpu_attq_exp16_mode != 0;
     for (int r0 = 0; r0 < R; r0 += 16) {
         const __mmask16 rm = R - r0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (R - r0)) - 1);
         const __m512i lv = _mm512_maskz_loadu_epi32(rm, lim + r0);
