@@ -628,18 +628,46 @@ static void iq1_check_coverage(pl_dtype dt, const char *wq, int64_t K, int64_t N
  * cpu_packed_iq_avx2.c) against the batched ones (gathers, 4 rows a tile) bit for bit, and both
  * against ref: random blocks, so every grid index (iq2_xxs bit 7, iq2_xs bits 7 and 8 pick the
  * table quarter), every sign pattern and scale is reached; a padded last panel (N % 16 == 8). */
-static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) {
+/* iq1_m weights at the one-row kernel's integer limit: every weight +-9 / 8 (grid entry 2047 = all
+ * +1 with delta +1, entry 0 = all -1 with delta -1, by row), so with the activations all +-1 (q8
+ * codes +-127 or -128) a pair's S16 = sum (8 g + delta) q8 reaches 16 x 9 x 128, the kernel's bound
+ * for one vpdpwssd word; scales 7, d = 1. */
+static void iq1m_fill_extreme(char *wq, size_t row, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < K / QK_K; b++) {
+            block_iq1_m *x = (block_iq1_m *)(wq + n * row) + b;
+            const int neg = (int)(n % 2);
+            memset(x->qs, neg ? 0x00 : 0xFF, sizeof x->qs);
+            memset(x->qh, neg ? 0x88 : 0x77, sizeof x->qh);
+            const uint16_t d = 0x3C00;   /* f16 1.0, nibble k in the top 4 bits of scale word k */
+            for (int k = 0; k < 4; k++) {
+                const uint16_t sw = (uint16_t)(0x0FFF | ((d >> (4 * k)) & 15) << 12);
+                x->scales[2 * k] = (uint8_t)sw;
+                x->scales[2 * k + 1] = (uint8_t)(sw >> 8);
+            }
+        }
+}
+
+/* extreme: iq1m_fill_extreme's weights and activations +-1 instead of random ones */
+static void test_prepared_iq_one_row_x(pl_dtype dt, int64_t K, int64_t N, bool extreme) {
     pl_rng r = {(uint64_t)dt * 31337 + (uint64_t)K};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
     char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
-    for (int64_t n = 0; n < N; n++)
-        for (int64_t b = 0; b < K / QK_K; b++) pl_random_block(&r, dt, (unsigned char *)wq + n * row + b * pl_dtype_get(dt)->type_size);
+    if (extreme) {
+        iq1m_fill_extreme(wq, row, K, N);
+    } else {
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t b = 0; b < K / QK_K; b++) pl_random_block(&r, dt, (unsigned char *)wq + n * row + b * pl_dtype_get(dt)->type_size);
+    }
     pl_tensor w;
     pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
-    if (dt == PL_IQ1_S || dt == PL_IQ1_M) iq1_check_coverage(dt, wq, K, N);
+    if ((dt == PL_IQ1_S || dt == PL_IQ1_M) && !extreme) iq1_check_coverage(dt, wq, K, N);
     const int64_t M = 5;   /* one tile of 4, then one row alone */
     float *x = malloc((size_t)(K * M) * sizeof(float));
     pl_fill_normal(&r, x, K * M, 1.0f);
+    if (extreme)   /* row m: all +1, all -1, then +-1 by pair of groups */
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t i = 0; i < K; i++) x[m * K + i] = m == 0 ? 1.0f : m == 1 ? -1.0f : ((i / 16 + m) % 2 ? 1.0f : -1.0f);
     float *y_ref = malloc((size_t)(N * M) * 4), *y_prep = malloc((size_t)(N * M) * 4), *y_one = malloc((size_t)N * 4);
     pl_tensor tx, ty;
     pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
@@ -676,6 +704,8 @@ static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) {
     cpu_ctx_free(prep);
     free(wq); free(x); free(y_ref); free(y_prep); free(y_one);
 }
+
+static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) { test_prepared_iq_one_row_x(dt, K, N, false); }
 
 static void test_prepared_matmul_id(pl_dtype dt, int64_t K, int64_t N, int64_t X, int64_t k) {
     pl_rng r = {(uint64_t)dt * 104729 + (uint64_t)K + (uint64_t)X};
@@ -800,6 +830,10 @@ int main(void) {
     test_prepared_matmul(PL_IQ1_M, 1280, 136);  /* an odd block count, a padded last panel */
     test_prepared_iq_one_row(PL_IQ1_S, 2304, 136);  /* 9 blocks x 136 rows x 32 groups: every grid index */
     test_prepared_iq_one_row(PL_IQ1_M, 2304, 136);
+    /* 65 blocks: more than the gemm's shared activation data holds (PL_IQ1MX_ACT_MAX), the one-row
+     * kernel makes its own per block */
+    test_prepared_iq_one_row(PL_IQ1_M, 65 * 256, 24);
+    test_prepared_iq_one_row_x(PL_IQ1_M, 512, 40, true);   /* S16 at its bound */
     test_prepared_matmul(PL_IQ2_S, 1024, 64);
     test_prepared_matmul(PL_IQ2_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_K, 1024, 64);

@@ -446,14 +446,21 @@ void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p
 
 /* iq1_m -> PL_PACK_IQ1MX_X16 (the same files): per block of a panel, 896
  * bytes = 16 x 56 (no growth; the f16 d stays in the scales' top nibbles):
- *   q[32][16] u8 = qs[g] of row r, qh[16][16] u8 = qh[k] of row r,
- *   sc[4][16] u16 = the k-th little-endian u16 of scales of row r.
+ *   e[16][16][3] u8 = pair k (groups 2 k, 2 k + 1 = scale k) of row r, the
+ *         24-bit little-endian da | db << 1 | ia << 2 | ib << 13 (ia, ib the
+ *         groups' 11-bit grid indices qs | qh nibble bits 0-2 << 8; da, db
+ *         their delta signs, nibble bit 3): one zmm load and one vpermb give
+ *         16 dwords x, and x & 0x1FFC (4 ia), x >> 13 (ib) index the gathers,
+ *         x's bits 0-3 a vpermd by the delta signs;
+ *   sc[4][16] u16 at PL_IQ1MX_SC = the k-th little-endian u16 of scales of row r.
  * pl_iqx_iq1m_u: 8 (grid + 1) + delta + 1, by index | delta sign << 11. */
 #define PL_IQ1MX_BLOCK 896
+#define PL_IQ1MX_SC 768
 static inline size_t pl_iq1mx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * PL_IQ1MX_BLOCK; }
 void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
 void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
 extern uint64_t pl_iqx_iq1m_u[4096];   /* filled by the first pl_iq1mx_pack_panel */
+extern uint32_t pl_iqx_iq1m_c4[2048];  /* grid entry i as pl_iqx_iq1_c2's u16 in both halves; the same */
 /* pl_iqx_iq1_c2[1 + i]: iq1 grid entry i as 8 two-bit codes g + 1, a u16 of padding either side
  * (the one-row kernels gather dwords); filled by the first iq1_s / iq1_m pack_panel. */
 extern uint16_t pl_iqx_iq1_c2[2050];

@@ -208,12 +208,16 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
     }
 }
 
-/* iq1_m -> PL_PACK_IQ1MX_X16: qs[g], qh[k] and the 4 u16 of scales of each
- * row, as in the file, reordered. pl_iqx_iq1m_u[i | neg << 11]: the 8 codes
- * 8 (g + 1) + delta + 1 (delta = -1 if neg else +1): 0..18, unsigned. */
+/* iq1_m -> PL_PACK_IQ1MX_X16: per pair k of groups (2 k, 2 k + 1) and row r the 24 bits
+ * da | db << 1 | ia << 2 | ib << 13 (ia, ib the 11-bit grid indices: qs[g] | qh nibble bits 0-2
+ * << 8, da, db the nibbles' delta signs), then the 4 u16 of scales of each row, as in the file.
+ * pl_iqx_iq1m_u[i | neg << 11]: the 8 codes 8 (g + 1) + delta + 1 (delta = -1 if neg else +1):
+ * 0..18, unsigned. pl_iqx_iq1m_c4[i]: pl_iqx_iq1_c2's entry i in both halves of a u32. */
 uint64_t pl_iqx_iq1m_u[4096];
+uint32_t pl_iqx_iq1m_c4[2048];
 static void pl_iqx_iq1m_init(void) {
     pl_iqx_iq1_c2_once();
+    for (int i = 0; i < 2048; i++) pl_iqx_iq1m_c4[i] = pl_iqx_iq1_c2[1 + i] * 0x10001u;
     for (int i = 0; i < 4096; i++) {
         uint64_t e = 0;
         for (int j = 0; j < 8; j++) {
@@ -230,12 +234,16 @@ void pl_iq1mx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, u
     const int64_t nb = K / QK_K;
     memset(out, 0, pl_iq1mx_panel_bytes(K));
     for (int64_t b = 0; b < nb; b++) {
-        uint8_t *q = out + b * PL_IQ1MX_BLOCK, *qh = q + 512;
-        uint16_t *sc = (uint16_t *)(q + 768);
+        uint8_t *q = out + b * PL_IQ1MX_BLOCK;
+        uint16_t *sc = (uint16_t *)(q + PL_IQ1MX_SC);
         for (int r = 0; r < nr; r++) {
             const block_iq1_m *x = (const block_iq1_m *)(src + r * row_bytes) + b;
-            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
-            for (int k = 0; k < 16; k++) qh[16 * k + r] = x->qh[k];
+            for (int k = 0; k < 16; k++) {
+                const uint32_t h = x->qh[k];
+                const uint32_t v = (h >> 3 & 1) | (h >> 7) << 1 | (x->qs[2 * k] | (h & 7) << 8) << 2 |
+                                   (x->qs[2 * k + 1] | (h >> 4 & 7) << 8) << 13;
+                for (int j = 0; j < 3; j++) q[48 * k + 3 * r + j] = (uint8_t)(v >> (8 * j));
+            }
             for (int k = 0; k < 4; k++) sc[16 * k + r] = (uint16_t)(x->scales[2 * k] | x->scales[2 * k + 1] << 8);
         }
     }
@@ -246,11 +254,16 @@ void pl_iq1mx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
     const int l = (int)(r % PL_KQX_ROWS);
     const uint8_t *panel = data + (size_t)(r / PL_KQX_ROWS) * pl_iq1mx_panel_bytes(K);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = panel + b * PL_IQ1MX_BLOCK, *qh = q + 512;
-        const uint16_t *sc = (const uint16_t *)(q + 768);
+        const uint8_t *q = panel + b * PL_IQ1MX_BLOCK;
+        const uint16_t *sc = (const uint16_t *)(q + PL_IQ1MX_SC);
         block_iq1_m x;
-        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
-        for (int k = 0; k < 16; k++) x.qh[k] = qh[16 * k + l];
+        for (int k = 0; k < 16; k++) {
+            const uint8_t *e = q + 48 * k + 3 * l;
+            const uint32_t v = e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16;
+            x.qs[2 * k] = (uint8_t)(v >> 2);
+            x.qs[2 * k + 1] = (uint8_t)(v >> 13);
+            x.qh[k] = (uint8_t)((v >> 10 & 7) | (v & 1) << 3 | (v >> 21 & 7) << 4 | (v >> 1 & 1) << 7);
+        }
         for (int k = 0; k < 4; k++) {
             x.scales[2 * k] = (uint8_t)sc[16 * k + l];
             x.scales[2 * k + 1] = (uint8_t)(sc[16 * k + l] >> 8);

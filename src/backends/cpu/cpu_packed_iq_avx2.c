@@ -562,7 +562,9 @@ PL_IQX_AI void pl_iq1sx_tile(int64_t nb, const uint8_t *codes, const uint16_t *d
  * 8 sum (g + 1) q8 over the pair into dword r. The rest is the batched tile's integer algebra per
  * row (delta, -8 offset, 2 s + 1 scale; exact) and its float step, so one row == batched bit for bit
  * (test_cpu_backend: test_prepared_iq_one_row). Per 256 weights: 2 gathers (16 dwords each), one
- * blend, 4 affine maps, 4 vpdpbusd; 4 KB of table instead of 16 / 32 KB. */
+ * blend, 4 affine maps, 4 vpdpbusd; 4 KB of table instead of 16 / 32 KB. iq1_m gathers from
+ * pl_iqx_iq1m_c4 (8 KB, the entry in both halves: its indices come out of the layout as 4 ia and
+ * ib, see pl_iq1mx_panel1). */
 #define PL_IQX_DEC_AI static inline __attribute__((always_inline)) PL_IQX_DEC_T
 
 static const uint8_t pl_iqx_qt_iq1[64] = {
@@ -589,6 +591,19 @@ PL_IQX_DEC_AI __m512i pl_iqx_iq1_pair(__m512i ixa, __m512i ixb, const int8_t *q,
         acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], _mm512_gf2p8affine_epi64_epi8(c, pl_iqx_c2_map8(w), 0), _mm512_set1_epi32(qa));
     }
     return _mm512_add_epi32(acc[0], acc[1]);
+}
+
+/* iq1_m's one-row kernel: pl_iqx_iq1_pair's dot products for the blended entries c (dword r = row
+ * r's [a 0-3, a 4-7, b 0-3, b 4-7]), in one chain (its pairs are independent, no second to add) */
+PL_IQX_DEC_AI __m512i pl_iq1mx_dot(__m512i c, const int8_t *q, __m512i init) {
+    __m512i acc = init;
+    PL_UNROLL
+    for (int w = 0; w < 4; w++) {
+        int32_t qa;
+        memcpy(&qa, q + 4 * w, 4);
+        acc = _mm512_dpbusd_epi32(acc, _mm512_gf2p8affine_epi64_epi8(c, pl_iqx_c2_map8(w), 0), _mm512_set1_epi32(qa));
+    }
+    return acc;
 }
 
 /* The q8 codes of block b transposed by pl_iqx_qt_iq1 into buf[256]. */
@@ -644,9 +659,15 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
 }
 
-/* iq1_m, one row: pair k = the 16 weights of scale k (groups 2 k, 2 k + 1, qh nibbles 0 / 1, bit 3
- * the delta sign). S16 = sum (8 g + delta) q8 = 8 D + sum (delta_g + 1) B_g - 9 B16 =
- * 8 D - 7 B16 - 2 (B_a if a's sign + B_b if b's sign), B_g the q8 sum of group g (8 weights). */
+/* iq1_m's pair k of the 16 rows (PL_PACK_IQ1MX_X16): the 24-bit fields at q (48 bytes) -> dword r =
+ * row r's da | db << 1 | ia << 2 | ib << 13, bits 24-31 zero. The 64-byte load reads past the 48
+ * (at most into the block's scales). */
+PL_IQX_AI __m512i pl_iq1mx_pair_bits(const uint8_t *q) {
+    const __m512i ctl = _mm512_setr_epi32(0x020100, 0x050403, 0x080706, 0x0B0A09, 0x0E0D0C, 0x11100F, 0x141312, 0x171615,
+                                          0x1A1918, 0x1D1C1B, 0x201F1E, 0x232221, 0x262524, 0x292827, 0x2C2B2A, 0x2F2E2D);
+    return _mm512_maskz_permutexvar_epi8((__mmask64)0x7777777777777777ULL, ctl, _mm512_loadu_si512((const void *)q));
+}
+
 /* iq1_m's 16 f16 block scales of a panel, from its 64 scale words (sc: 4 words a row): nibble k
  * of the f16 in the top 4 bits of word k. Shared by the one-row kernel and the batched panel. */
 PL_IQX_AI __m512 pl_iq1mx_d16(const uint16_t *sc) {
@@ -659,55 +680,108 @@ PL_IQX_AI __m512 pl_iq1mx_d16(const uint16_t *sc) {
     return _mm512_cvtph_ps(dh);
 }
 
-PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8kx *y, float *d, __mmask16 mk) {
-    __attribute__((aligned(64))) int8_t qtb[256];
-    __attribute__((aligned(64))) int32_t cb[48];
+/* Bits 0-15 of v >> o (o = -1: v << 1) in each dword, bits 16-31 from bit 24 on: one vpmultishiftqb
+ * (port 5) where a shift would take port 0, the one the affine maps and dot products load. For dwords
+ * whose bits 24-31 are zero (then the result is v >> o for o >= 8 and bits 1 .. of v << 1 for o = -1;
+ * the callers mask the rest). */
+PL_IQX_AI __m512i pl_iq1mx_bits(__m512i v, int o) {
+    const int64_t lo = (int64_t)((o & 63) | ((o + 8) & 63) << 8 | 24 << 16 | 24 << 24);
+    const int64_t hi = (int64_t)(((o + 32) & 63) | ((o + 40) & 63) << 8 | 56 << 16 | 56 << 24);
+    return _mm512_multishift_epi64_epi8(_mm512_set1_epi64(lo | hi << 32), v);
+}
+
+/* iq1_m, one row: pair k = the 16 weights of scale k (groups a = 2 k, b = 2 k + 1). With B_g the
+ * q8 sum of group g (8 weights) and da, db the delta signs,
+ *     S16 = sum (8 g + delta) q8 = 8 D + T_k[da + 2 db],
+ *     T_k[j] = -7 (B_a + B_b) - 2 B_a (j & 1) - 2 B_b (j >> 1),
+ * the 4 values of pair k made once a block (tab) and looked up per row by one vpermd: its index
+ * is x itself (bits 0, 1 = da, db; bits 2, 3 = ia's, hence the table 4 times in the zmm). |S16| <=
+ * 16 x 9 x 128 < 2^15, so S16 times its 2 s + 1 (a dword with a zero high word) is one vpdpwssd. */
+/* What the one-row kernel needs of the activation row, per block: its q8 codes transposed and the
+ * T_k. It depends on the row alone, so the gemm makes it once for all the panels when the row's
+ * blocks fit PL_IQ1MX_ACT_MAX (the panel kernel makes it per block otherwise: the same integers). */
+typedef struct {
+    int8_t qt[256];
+    int32_t tab[64];   /* T_k at 16 (k % 4) + 4 (k / 4) */
+} pl_iq1mx_act;
+#define PL_IQ1MX_ACT_MAX 64   /* K <= 16384: 32 KB of stack */
+
+PL_IQX_DEC_AI void pl_iq1mx_act_block(const pl_q8kx *yb, pl_iq1mx_act *a) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i q4[4];   /* dword i: the sum of q8 codes 4 i .. 4 i + 3 of the 64 in zmm t */
+    PL_UNROLL
+    for (int t = 0; t < 4; t++)
+        q4[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512((const void *)(yb->b.qs + 64 * t)));
+    __m512i G[2];    /* dword j of G[t]: B of group 16 t + j */
+    PL_UNROLL
+    for (int t = 0; t < 2; t++)
+        G[t] = _mm512_add_epi32(_mm512_permutex2var_epi32(q4[2 * t], even, q4[2 * t + 1]),
+                                _mm512_permutex2var_epi32(q4[2 * t], odd, q4[2 * t + 1]));
+    const __m512i Ba = _mm512_permutex2var_epi32(G[0], even, G[1]), Bb = _mm512_permutex2var_epi32(G[0], odd, G[1]);
+    const __m512i c0 = _mm512_mullo_epi32(_mm512_add_epi32(Ba, Bb), _mm512_set1_epi32(-7));
+    const __m512i c1 = _mm512_sub_epi32(c0, _mm512_add_epi32(Ba, Ba));
+    const __m512i c2 = _mm512_sub_epi32(c0, _mm512_add_epi32(Bb, Bb));
+    const __m512i c3 = _mm512_sub_epi32(c1, _mm512_add_epi32(Bb, Bb));
+    /* 4 x 4 transposes in the 128-bit lanes: lane l of row m = T_{4 l + m} */
+    const __m512i u0 = _mm512_unpacklo_epi32(c0, c1), u1 = _mm512_unpacklo_epi32(c2, c3);
+    const __m512i u2 = _mm512_unpackhi_epi32(c0, c1), u3 = _mm512_unpackhi_epi32(c2, c3);
+    _mm512_store_si512((void *)(a->tab + 0), _mm512_unpacklo_epi64(u0, u1));
+    _mm512_store_si512((void *)(a->tab + 16), _mm512_unpackhi_epi64(u0, u1));
+    _mm512_store_si512((void *)(a->tab + 32), _mm512_unpacklo_epi64(u2, u3));
+    _mm512_store_si512((void *)(a->tab + 48), _mm512_unpackhi_epi64(u2, u3));
+    pl_iqx_q8_transpose_iq1(yb->b.qs, a->qt);
+}
+
+PL_IQX_DEC_F void pl_iq1mx_act_row(int64_t nb, const pl_q8kx *y, pl_iq1mx_act *act) {
+    for (int64_t b = 0; b < nb; b++) pl_iq1mx_act_block(&y[b], &act[b]);
+}
+
+/* act: pl_iq1mx_act_row's, or NULL (made here per block) */
+PL_IQX_DEC_F void pl_iq1mx_panel1(int64_t nb, const uint8_t *codes, const pl_q8kx *y, const pl_iq1mx_act *act,
+                                   float *d, __mmask16 mk) {
+    __attribute__((aligned(64))) pl_iq1mx_act own;
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
-        const uint16_t *sc = (const uint16_t *)(q + 768);
-        /* cb[k] = -7 B16 of scale k, cb[16 + g] = 2 B_g of group g (the q8 sum of its 8 codes):
-         * broadcast loads below */
-        {
-            const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-            const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-            __m512i q4[4];   /* dword i: the sum of q8 codes 4 i .. 4 i + 3 of the 64 in zmm t */
-            PL_UNROLL
-            for (int t = 0; t < 4; t++)
-                q4[t] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), _mm512_loadu_si512((const void *)(y[b].b.qs + 64 * t)));
-            PL_UNROLL
-            for (int t = 0; t < 2; t++) {
-                const __m512i g = _mm512_add_epi32(_mm512_permutex2var_epi32(q4[2 * t], even, q4[2 * t + 1]),
-                                                   _mm512_permutex2var_epi32(q4[2 * t], odd, q4[2 * t + 1]));
-                _mm512_store_si512((void *)(cb + 16 + 16 * t), _mm512_add_epi32(g, g));
-            }
-            const __m512i B16 = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)y[b].b.bsums));
-            _mm512_store_si512((void *)cb, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_mullo_epi32(B16, _mm512_set1_epi32(7))));
-        }
-        pl_iqx_q8_transpose_iq1(y[b].b.qs, qtb);
+        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK;
+        const uint16_t *sc = (const uint16_t *)(q + PL_IQ1MX_SC);
+        const pl_iq1mx_act *a = act ? &act[b] : &own;
+        if (!act) pl_iq1mx_act_block(&y[b], &own);
+        const int8_t *qtb = a->qt;
+        const int32_t *tab = a->tab;
         __m512i bsum = _mm512_setzero_si512();
-        _Pragma("GCC unroll 4")
-        for (int k = 0; k < 16; k++) {
-            if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
-            const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
-            const __m512i m7 = _mm512_set1_epi32(0x700);
-            const __m512i ixa = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * k))),
-                                                          _mm512_slli_epi32(x, 8), m7, 0xF8);
-            const __m512i ixb = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 32 * k + 16))),
-                                                          _mm512_slli_epi32(x, 4), m7, 0xF8);
-            __m512i S = pl_iqx_iq1_pair(ixa, ixb, qtb + 16 * k, _mm512_set1_epi32(cb[k]));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x08)), S, _mm512_set1_epi32(cb[16 + 2 * k]));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x, _mm512_set1_epi32(0x80)), S, _mm512_set1_epi32(cb[17 + 2 * k]));
-            const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
-            /* 2 s + 1: the 3 bits at 3 (k % 4) moved to bits 1-3, | 1 */
-            const __m512i s2 = k % 4 ? _mm512_srli_epi32(sw, 3 * (k % 4) - 1) : _mm512_slli_epi32(sw, 1);
-            const __m512i ls = _mm512_ternarylogic_epi32(s2, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, ls));
+        /* the loop over the 4 scale words, unrolled by hand in each (GCC's unroll pragma left the
+         * loop over k rolled, with k % 4 and k / 4 computed and the shift count in a register) */
+        for (int kq = 0; kq < 4; kq++) {
+            const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * kq)));
+            PL_UNROLL
+            for (int m = 0; m < 4; m++) {
+                const int k = 4 * kq + m;
+                if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
+                const __m512i x = pl_iq1mx_pair_bits(q + 48 * k);
+                const __m512i T = _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)(tab + 16 * m + 4 * kq)));
+                const __m512i ga = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x1FFC)), (const void *)pl_iqx_iq1m_c4, 1);
+                const __m512i gb = _mm512_i32gather_epi32(pl_iq1mx_bits(x, 13), (const void *)pl_iqx_iq1m_c4, 4);
+                const __m512i S = pl_iq1mx_dot(_mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, ga, gb), qtb + 16 * k,
+                                                 _mm512_permutexvar_epi32(x, T));
+                /* 2 s + 1: the 3 bits at 3 m moved to bits 1-3, | 1 */
+                const __m512i s2 = pl_iq1mx_bits(sw, 3 * m - 1);
+                const __m512i ls = _mm512_ternarylogic_epi32(s2, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
+                bsum = _mm512_dpwssd_epi32(bsum, S, ls);
+            }
         }
         const __m512 dd = _mm512_mul_ps(pl_iq1mx_d16(sc), _mm512_set1_ps(y[b].b.d));
         accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
     }
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
+/* PL_CPU_IQ1MACT=0: the iq1_m one-row kernel makes its activation data per block and panel (the
+ * path for K > 16384), to test it against the shared one */
+static bool pl_iq1mx_act_on(void) {
+    static int cached = -1;
+    if (cached < 0) cached = pl_cpu_switch("PL_CPU_IQ1MACT");
+    return cached;
 }
 
 /* PL_CPU_IQ1DEC=0 (or PL_CPU_IQDEC=0): one activation row of iq1_s / iq1_m takes the gather tile */
@@ -756,15 +830,15 @@ PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *c
     const __m512i pair_lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK, *qh = q + 512;
-        const uint16_t *sc = (const uint16_t *)(q + 768);
+        const uint8_t *q = codes + b * PL_IQ1MX_BLOCK;
+        const uint16_t *sc = (const uint16_t *)(q + PL_IQ1MX_SC);
         __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
         PL_UNROLL
         for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
         PL_UNROLL
         for (int k = 0; k < 16; k++) {
             if (k < 14) _mm_prefetch((const char *)(q + 64 * k) + PL_IQX_PF * PL_IQ1MX_BLOCK, _MM_HINT_T0);
-            const __m512i nib = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(qh + 16 * k)));
+            const __m512i x = pl_iq1mx_pair_bits(q + 48 * k);
             const __m512i sw = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(sc + 16 * (k / 4))));
             const __m512i s3 = _mm512_and_si512(_mm512_srli_epi32(sw, 3 * (k % 4)), _mm512_set1_epi32(7));
             const __m512i ls = _mm512_add_epi32(_mm512_add_epi32(s3, s3), _mm512_set1_epi32(1));
@@ -778,9 +852,11 @@ PL_IQX_AI void pl_iq1mx_panel(int64_t nb, const uint8_t *codes, const pl_q8kx *c
             PL_UNROLL
             for (int h = 0; h < 2; h++) {
                 const int g = 2 * k + h;
-                const __m512i n4 = h ? _mm512_srli_epi32(nib, 4) : _mm512_and_si512(nib, _mm512_set1_epi32(15));
-                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
-                                                   _mm512_slli_epi32(n4, 8));
+                /* index | delta sign << 11: a's index at bit 2, its sign at 0; b's at 13 and 1 */
+                const __m512i ix =
+                    h ? _mm512_ternarylogic_epi32(_mm512_srli_epi32(x, 13), _mm512_slli_epi32(x, 10), _mm512_set1_epi32(0x800), 0xF8)
+                      : _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi32(x, 2), _mm512_set1_epi32(0x7FF)),
+                                                  _mm512_slli_epi32(x, 11), _mm512_set1_epi32(0x800), 0xF8);   /* a | (b & c) */
                 __m512i glo, ghi;
                 pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iqx_iq1m_u, &glo, &ghi);
                 PL_UNROLL
@@ -813,6 +889,10 @@ PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq1mx_panel_bytes(K);
     const bool dec = pl_iqx_iq1dec_enabled();
+    /* a lone last activation row (R == 1 below) is the same row in every panel */
+    __attribute__((aligned(64))) pl_iq1mx_act act[PL_IQ1MX_ACT_MAX];
+    const bool have_act = dec && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ1MX_ACT_MAX && p1 > p0 && pl_iq1mx_act_on();
+    if (have_act) pl_iq1mx_act_row(nb, (const pl_q8kx *)((const char *)a + (c1 - 1) * as), act);
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const __mmask16 mk = pl_iqx_mask(p, N);
@@ -822,7 +902,7 @@ PL_IQX_T void pl_cpu_gemm_iq1mx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
             if (R == 1 && dec) {
-                pl_iq1mx_panel1(nb, codes, y[0], d, mk);
+                pl_iq1mx_panel1(nb, codes, y[0], have_act ? act : NULL, d, mk);
                 continue;
             }
             switch (R) {
