@@ -10,7 +10,8 @@
  * Usage: bench_iq_decode [K N [M...]]   (env BENCH_TYPES=iq2_xxs,q2_K, BENCH_THREADS=1, BENCH_WALL=1;
  * the "original" rows run with the prepared layouts off for that type; PL_CPU_IQDEC=0 gives the
  * prepared iq2_xxs / iq2_xs weights the gather tile at M = 1 too, the before of the one-row kernels;
- * PL_CPU_IQ1DEC=0 does the same for iq1_s / iq1_m alone)
+ * PL_CPU_IQ1DEC=0 does the same for iq1_s / iq1_m alone; PL_CPU_IQ2XSDEC=0 gives iq2_xs at M = 1 the
+ * permute-lookup one-row kernel instead of the dword-gather one)
  */
 #include "bench_kernel_util.h"
 

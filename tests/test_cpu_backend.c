@@ -707,6 +707,73 @@ static void test_prepared_iq_one_row_x(pl_dtype dt, int64_t K, int64_t N, bool e
 
 static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) { test_prepared_iq_one_row_x(dt, K, N, false); }
 
+/* iq2_xs, one activation row: the gather kernel (pl_iqx_iq2xs_dec = 1, the default) == the permute
+ * kernel (0, PL_CPU_IQ2XSDEC=0) == the batched tile, bit for bit, on weights that reach every grid
+ * index (the gathers read the table's padding at both ends), all 128 sign indices and all 16
+ * scales, with a padded last panel. */
+static void test_prepared_iq2xs_one_row_paths(void) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    const pl_dtype dt = PL_IQ2_XS;
+    const int64_t K = 2048, N = 56, M = 2;
+    pl_rng r = {4242};
+    const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
+    char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    for (int64_t n = 0; n < N * (K / QK_K); n++) pl_random_block(&r, dt, (unsigned char *)wq + n * sizeof(block_iq2_xs));
+    static unsigned char seen[512];
+    unsigned signs[4] = {0}, scales = 0;
+    memset(seen, 0, sizeof seen);
+    for (int64_t n = 0; n < N * (K / QK_K); n++) {
+        const block_iq2_xs *x = (const block_iq2_xs *)wq + n;
+        for (int g = 0; g < 32; g++) seen[x->qs[g] & 511] = 1, signs[x->qs[g] >> 14] |= 1u << ((x->qs[g] >> 9) & 31);
+        for (int s = 0; s < 8; s++) scales |= 1u << (x->scales[s] & 15) | 1u << (x->scales[s] >> 4);
+    }
+    int n_seen = 0;
+    for (int i = 0; i < 512; i++) n_seen += seen[i];
+    CHECK(n_seen == 512 && scales == 0xFFFF && (signs[0] & signs[1] & signs[2] & signs[3]) == 0xFFFFFFFFu,
+          "iq2_xs coverage: %d of 512 grid indices, scales %x", n_seen, scales);
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+    float *x = malloc((size_t)(K * M) * sizeof(float));
+    pl_fill_normal(&r, x, K * M, 1.0f);
+    float *y_tile = malloc((size_t)(N * M) * 4), *y_g = malloc((size_t)N * 4), *y_p = malloc((size_t)N * 4);
+    pl_tensor tx, ty;
+    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_tile);
+    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
+    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
+    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
+        printf("iq2_xs one-row paths: no prepared layout here (skipped)\n");
+    } else {
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare iq2_xs");
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared iq2_xs matmul, 2 rows");
+        const int saved = pl_iqx_iq2xs_dec;
+        int same_g = 0, same_p = 0, finite = 1;
+        for (int64_t m = 0; m < M; m++) {
+            pl_tensor x1, y1;
+            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+            pl_iqx_iq2xs_dec = 1;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_g);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xs one row, gathers");
+            pl_iqx_iq2xs_dec = 0;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_p);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xs one row, permutes");
+            same_g += memcmp(y_g, y_tile + m * N, (size_t)N * 4) == 0;
+            same_p += memcmp(y_p, y_g, (size_t)N * 4) == 0;
+            for (int64_t i = 0; i < N; i++) finite &= isfinite(y_g[i]) && isfinite(y_p[i]);
+        }
+        pl_iqx_iq2xs_dec = saved;
+        CHECK(finite, "iq2_xs one row: finite results");
+        CHECK(same_g == M, "iq2_xs one row, gathers == batched bit for bit (%d of %lld rows)", same_g, (long long)M);
+        CHECK(same_p == M, "iq2_xs one row, gathers == permutes bit for bit (%d of %lld rows)", same_p, (long long)M);
+    }
+    cpu_ctx_free(prep);
+    free(wq); free(x); free(y_tile); free(y_g); free(y_p);
+#endif
+}
+
 static void test_prepared_matmul_id(pl_dtype dt, int64_t K, int64_t N, int64_t X, int64_t k) {
     pl_rng r = {(uint64_t)dt * 104729 + (uint64_t)K + (uint64_t)X};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)(N * X);
@@ -824,6 +891,7 @@ int main(void) {
     test_prepared_matmul(PL_IQ2_XS, 1280, 136);  /* an odd block count, a padded last panel */
     test_prepared_iq_one_row(PL_IQ2_XXS, 1280, 40);
     test_prepared_iq_one_row(PL_IQ2_XS, 768, 40);
+    test_prepared_iq2xs_one_row_paths();
     test_prepared_matmul(PL_IQ1_S, 1024, 64);
     test_prepared_matmul(PL_IQ1_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ1_M, 1024, 64);

@@ -417,10 +417,14 @@ void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t
 #endif
 
 /* iq2_xs -> PL_PACK_IQ2XSX_X16 (the same files): per block of a panel
- *   codes [nb][1152]: q[32][16] u16 = qs[g] of row r (9-bit grid index |
- *         7-bit sign index << 9), then sc[8][16] u8 = scales[s] of row r;
+ *   codes [nb][1152]: q[16][16][2] u16 = qs[g] of row r (9-bit grid index |
+ *         7-bit sign index << 9) at [g / 2][r][g % 2] (PL_IQ2XSX_Q): dword r
+ *         of the 64 bytes of group pair p is row r's groups 2p, 2p + 1 (the
+ *         one-row kernel's gather indices and sign bytes in place), then
+ *         sc[8][16] u8 = scales[s] of row r;
  *   d     [nb][16] f16.  1184 bytes a panel block = 16 x 74, no growth. */
 #define PL_IQ2XSX_CODES 1152
+#define PL_IQ2XSX_Q(g, r) (32 * ((g) >> 1) + 2 * (r) + ((g) & 1))
 static inline size_t pl_iq2xsx_panel_bytes(int64_t K) { return (size_t)(K / QK_K) * (PL_IQ2XSX_CODES + 32); }
 void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out);
 void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out);
@@ -488,6 +492,10 @@ void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p
 #if PL_CPU_HAVE_AVX2_BUILD
 extern uint8_t pl_iqx_iq2xxs_lv[512];
 extern uint8_t pl_iqx_iq2xs_lv[1024];   /* iq2_xs's: [i] and [512 + i], by pl_iq2xsx_pack_panel */
+/* iq2_xs's for the gather kernel: [1 + i] = lv[i] | lv[512 + i] << 8, one u16 of padding either side */
+extern uint16_t pl_iqx_iq2xs_c16[514];
+/* iq2_xs one-row kernel: -1 = PL_CPU_IQ2XSDEC (unread), 1 = gathers, 0 = the permute lookups (tests set it) */
+extern int pl_iqx_iq2xs_dec;
 #endif
 
 /* ---- op entry points (one per table entry family) ----------------------------*/

@@ -37,7 +37,10 @@ static void pl_iqx_lv_fill(const uint64_t *grid, int n, uint8_t *lv) {
     }
 }
 static void pl_iqx_iq2xxs_lv_init(void) { pl_iqx_lv_fill(pl_iq2xxs_grid, 256, pl_iqx_iq2xxs_lv); }
-static void pl_iqx_iq2xs_lv_init(void) { pl_iqx_lv_fill(pl_iq2xs_grid, 512, pl_iqx_iq2xs_lv); }
+static void pl_iqx_iq2xs_lv_init(void) {
+    pl_iqx_lv_fill(pl_iq2xs_grid, 512, pl_iqx_iq2xs_lv);
+    for (int i = 0; i < 512; i++) pl_iqx_iq2xs_c16[1 + i] = (uint16_t)(pl_iqx_iq2xs_lv[i] | pl_iqx_iq2xs_lv[512 + i] << 8);
+}
 #endif
 
 void pl_iq2xxsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
@@ -111,7 +114,8 @@ bool pl_cpu_iqx_enabled(void) {
 }
 
 /* iq2_xs -> PL_PACK_IQ2XSX_X16: qs[g] (9-bit grid index | 7-bit sign index
- * << 9) and scales[s] of each row, as in the file, reordered by group. */
+ * << 9) and scales[s] of each row, as in the file, reordered: the two groups
+ * 2p, 2p + 1 of a row side by side (u16 32 p + 2 r + (g & 1)), then the rows. */
 void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, uint8_t *out) {
 #if PL_CPU_HAVE_AVX2_BUILD
     static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -126,7 +130,7 @@ void pl_iq2xsx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, 
         for (int r = 0; r < nr; r++) {
             const block_iq2_xs *x = (const block_iq2_xs *)(src + r * row_bytes) + b;
             dv[b * PL_KQX_ROWS + r] = x->d;
-            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
+            for (int g = 0; g < 32; g++) q[PL_IQ2XSX_Q(g, r)] = x->qs[g];
             for (int s = 0; s < 8; s++) sc[16 * s + r] = x->scales[s];
         }
     }
@@ -142,7 +146,7 @@ void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
         const uint8_t *sc = panel + b * PL_IQ2XSX_CODES + 1024;
         block_iq2_xs x;
         x.d = dv[b * PL_KQX_ROWS + l];
-        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
+        for (int g = 0; g < 32; g++) x.qs[g] = q[PL_IQ2XSX_Q(g, l)];
         for (int s = 0; s < 8; s++) x.scales[s] = sc[16 * s + l];
         pl_dequantize_row(PL_IQ2_XS, &x, out + b * QK_K, QK_K);
     }

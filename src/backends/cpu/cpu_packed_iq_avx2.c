@@ -304,10 +304,11 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
  * get their parity bit, the scales come per 16 weights (groups 4s, 4s+1: low nibble, 4s+2, 4s+3:
  * high nibble), so each half of a sub-block has its own sum and multiplier. Generic order:
  * bsum = sum of sumi * (2 s + 1), sumf += (d * dy) * bsum, result 0.125f * sumf. */
-static const uint8_t pl_iqx_odd_bytes[64] = {
-    1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-    45, 47, 49, 51, 53, 55, 57, 59, 61, 63, 65, 67, 69, 71, 73, 75, 77, 79, 81, 83, 85, 87,
-    89, 91, 93, 95, 97, 99, 101, 103, 105, 107, 109, 111, 113, 115, 117, 119, 121, 123, 125, 127};
+/* the high byte of u16 (row r, group l) of a sub-block's two zmm (PL_IQ2XSX_Q), at byte 16 l + r */
+static const uint8_t pl_iqx_xs_hi8[64] = {
+    1,  5,  9,  13, 17, 21, 25, 29, 33, 37, 41, 45, 49, 53, 57, 61, 3,  7,  11, 15, 19, 23,
+    27, 31, 35, 39, 43, 47, 51, 55, 59, 63, 65, 69, 73, 77, 81, 85, 89, 93, 97, 101, 105, 109,
+    113, 117, 121, 125, 67, 71, 75, 79, 83, 87, 91, 95, 99, 103, 107, 111, 115, 119, 123, 127};
 
 PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *const *y,
                                __m512 *accf, const int R) {
@@ -326,8 +327,8 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
             if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + PL_IQX_PF * PL_IQ2XSX_CODES, _MM_HINT_T0);
             const __m512i v01 = _mm512_loadu_si512((const void *)(q + 64 * s));
             const __m512i v23 = _mm512_loadu_si512((const void *)(q + 64 * s + 32));
-            /* the high bytes of the 64 u16 (one vpermt2b), >> 1: the 7-bit sign indices */
-            const __m512i hi8 = _mm512_permutex2var_epi8(v01, _mm512_loadu_si512((const void *)pl_iqx_odd_bytes), v23);
+            /* the high bytes of the 64 u16 by group (one vpermt2b), >> 1: the 7-bit sign indices */
+            const __m512i hi8 = _mm512_permutex2var_epi8(v01, _mm512_loadu_si512((const void *)pl_iqx_xs_hi8), v23);
             const __m512i s7 = _mm512_and_si512(_mm512_srli_epi16(hi8, 1), _mm512_set1_epi8(0x7F));
             const __m512i par = _mm512_slli_epi16(_mm512_popcnt_epi8(s7), 7);
             const __m512i full = _mm512_ternarylogic_epi32(s7, par, _mm512_set1_epi8((char)0x80), 0xF8);
@@ -345,8 +346,9 @@ PL_IQX_AI void pl_iq2xsx_panel(int64_t nb, const uint8_t *codes, const uint16_t 
             PL_UNROLL
             for (int l = 0; l < 4; l++) {
                 const int g = 4 * s + l;
-                const __m512i ix = _mm512_and_si512(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(q + 16 * g))),
-                                                    _mm512_set1_epi32(511));
+                /* dword r of the pair's zmm: row r's groups 2p (low u16), 2p + 1 (high) */
+                const __m512i vp = (l >> 1) ? v23 : v01;
+                const __m512i ix = _mm512_and_si512((l & 1) ? _mm512_srli_epi32(vp, 16) : vp, _mm512_set1_epi32(511));
                 __m512i glo, ghi;
                 pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iq2xs_grid, &glo, &ghi);
                 PL_UNROLL
@@ -393,9 +395,15 @@ PL_IQX_AI __m512i pl_iqx_lv_lookup9(__m512i x, __mmask64 k7, __mmask64 k8, const
     return _mm512_mask_blend_epi8(k8, a, b);
 }
 
-PL_IQX_DEC_F void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
-                                    __mmask16 mk) {
-    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs);
+/* byte 4 r + l: the u16 of (row r, group l) in a sub-block's two zmm (PL_IQ2XSX_Q) */
+static const uint8_t pl_iqx_xs_arr4[64] = {
+    0, 1, 32, 33, 2, 3, 34, 35, 4, 5, 36, 37, 6, 7, 38, 39, 8, 9, 40, 41, 10, 11, 42, 43, 12, 13, 44,
+    45, 14, 15, 46, 47, 16, 17, 48, 49, 18, 19, 50, 51, 20, 21, 52, 53, 22, 23, 54, 55, 24, 25, 56, 57, 26,
+    27, 58, 59, 28, 29, 60, 61, 30, 31, 62, 63};
+
+PL_IQX_DEC_F void pl_iq2xsx_panel1p(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                     __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_xs_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs);
     /* u16 p of the pair (v01, v23) is bytes 2p, 2p + 1 of their concatenation */
     const __m512i arr_lo = _mm512_add_epi8(arr, arr), arr_hi = _mm512_add_epi8(arr_lo, _mm512_set1_epi8(1));
     const __m512i sel0 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[0]), sel1 = _mm512_loadu_si512((const void *)pl_iqx_xs_sel[1]);
@@ -452,11 +460,110 @@ PL_IQX_DEC_F void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint1
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
 }
 
+/* ---- iq2_xs, one activation row by dword gathers (the default; PL_CPU_IQ2XSDEC=0: the above) ------
+ * The permute lookups above keep port 5 busy (20 vpermi2b / vpermt2b, 8 vpshufbitqmb per
+ * sub-block) while the load ports idle; a dword gather takes the 16 rows' lookups of one group
+ * off port 5. pl_iqx_iq2xs_c16[1 + i] = entry i's level codes, weights 0-3 | 4-7 << 8.
+ * A group pair p (groups 2p + X, X = 0, 1) is one zmm of the layout: dword r = row r's two u16
+ * (index | sign index << 9). The gather of group 2p at c16 + 1 (scale 2) has entry i0 in the low
+ * word of dword r, that of group 2p + 1 at c16 has entry i1 in the high word, and one word blend
+ * makes C: byte 4 r + 2 X + h = lv_h of (row r, group 2p + X). The same GF(2) affine maps as the
+ * permute kernel give weight 4 h + w of all 4 bytes (w = 0..3); the sign index sits in bits 1-7 of
+ * bytes 4 r + 2 X + 1 of the loaded zmm itself, so one affine map (bits 1-7 -> 0-6, parity -> 7)
+ * makes the sign bytes in place and a vpshufbitqmb with a constant control (pl_iqx_xs_ctl[w])
+ * picks bit 4 h + w for each byte of C. pl_iqx_qt_xs2 puts the q8 codes in the same byte order.
+ * The scale: vpmaddubsw sums the products of bytes 2 X, 2 X + 1 (|sum| <= 2 x 43 x 128, no
+ * saturation) and vpdpwssd multiplies both words of row r by its 2 s + 1 of the pair and adds them
+ * into dword r, which saves the dword sums and vpmulld of a vpdpbusd per (pair, weight).
+ * Integer sums are exact and the float step is the same, so the result is bit for bit the
+ * batched kernel's. */
+uint16_t pl_iqx_iq2xs_c16[514];   /* filled by the first pl_iq2xsx_pack_panel */
+int pl_iqx_iq2xs_dec = -1;
+
+/* byte j of qword lane (row 2k + (j >> 2), X = (j >> 1) & 1, h = j & 1): bit 32 (j >> 2) + 16 X + 8 +
+ * 4 h + w, the sign of weight 4 h + w of (that row, group 2p + X) */
+#define PL_XS_CTL(w) 8 + w, 12 + w, 24 + w, 28 + w, 40 + w, 44 + w, 56 + w, 60 + w
+#define PL_XS_CTL8(w) PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w), PL_XS_CTL(w)
+static const uint8_t pl_iqx_xs_ctl[4][64] = {{PL_XS_CTL8(0)}, {PL_XS_CTL8(1)}, {PL_XS_CTL8(2)}, {PL_XS_CTL8(3)}};
+#undef PL_XS_CTL8
+#undef PL_XS_CTL
+/* byte 32 s' + 16 P + 4 w + 2 X + h of the transposed q8 codes (s' = sub-block in the 64) = weight
+ * 4 h + w of group 4 s' + 2 P + X: 32 s' + 8 (2 P + X) + 4 h + w */
+static const uint8_t pl_iqx_qt_xs2[64] = {
+    0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15, 16, 20, 24, 28, 17, 21, 25, 29, 18, 22, 26,
+    30, 19, 23, 27, 31, 32, 36, 40, 44, 33, 37, 41, 45, 34, 38, 42, 46, 35, 39, 43, 47, 48, 52, 56, 60,
+    49, 53, 57, 61, 50, 54, 58, 62, 51, 55, 59, 63};
+
+PL_IQX_DEC_F void pl_iq2xsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                    __mmask16 mk) {
+    const __m512i qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xs2);
+    const __m512i m9 = _mm512_set1_epi32(511);
+    const int *tlo = (const int *)(const void *)(pl_iqx_iq2xs_c16 + 1), *thi = (const int *)(const void *)pl_iqx_iq2xs_c16;
+    __attribute__((aligned(64))) int8_t qtb[256];
+    __attribute__((aligned(64))) uint8_t mb[256];
+    const __m512i dup = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(0x10001));
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint16_t *q = (const uint16_t *)(codes + b * PL_IQ2XSX_CODES);
+        const uint8_t *scb = codes + b * PL_IQ2XSX_CODES + 1024;
+        pl_iqx_q8_transpose(y[b].b.qs, qt, qtb);
+        /* the block's multipliers 2 s + 1 as bytes once (mb[16 s + r]: groups 4 s, 4 s + 1, the low
+         * nibble; mb[128 + 16 s + r]: 4 s + 2, 4 s + 3, the high), widened per sub-block */
+        PL_UNROLL
+        for (int t = 0; t < 2; t++) {
+            const __m512i v = _mm512_loadu_si512((const void *)(scb + 64 * t));
+            _mm512_store_si512((void *)(mb + 64 * t),
+                               _mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 1), _mm512_set1_epi8(0x1E), _mm512_set1_epi8(1), 0xEA));
+            _mm512_store_si512((void *)(mb + 128 + 64 * t),
+                               _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 3), _mm512_set1_epi8(0x1E), _mm512_set1_epi8(1), 0xEA));
+        }
+        /* one sum per weight w: one chain through the sub-block (a dword accumulator per pair
+         * instead) measured 25% slower */
+        __m512i bs4[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        _Pragma("GCC unroll 1")
+        for (int s = 0; s < 8; s++) {
+            /* 8 blocks ahead (the permute kernel's 4 measured 5-8% slower from memory here) */
+            _mm_prefetch((const char *)(q + 64 * s) + 8 * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            _mm_prefetch((const char *)(q + 64 * s + 32) + 8 * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            if (s < 2) _mm_prefetch((const char *)(scb + 64 * s) + 8 * PL_IQ2XSX_CODES, _MM_HINT_T0);
+            /* dword r = m_r | m_r << 16 (both words of row r: its two groups' scale) */
+            const __m512i mq[2] = {
+                _mm512_maskz_permutexvar_epi8(0x5555555555555555ULL, dup, _mm512_castsi128_si512(_mm_load_si128((const __m128i *)(mb + 16 * s)))),
+                _mm512_maskz_permutexvar_epi8(0x5555555555555555ULL, dup, _mm512_castsi128_si512(_mm_load_si128((const __m128i *)(mb + 128 + 16 * s))))};
+            PL_UNROLL
+            for (int P = 0; P < 2; P++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(q + 64 * s + 32 * P));
+                const __m512i g0 = _mm512_i32gather_epi32(_mm512_and_si512(v, m9), tlo, 2);
+                const __m512i g1 = _mm512_i32gather_epi32(_mm512_and_si512(_mm512_srli_epi32(v, 16), m9), thi, 2);
+                const __m512i cp = _mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, g0, g1);
+                const __m512i full = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x02040810204080FELL), 0);
+                PL_UNROLL
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(cp, pl_iqx_lv_map(w), 8);
+                    const __mmask64 neg = _mm512_bitshuffle_epi64_mask(full, _mm512_loadu_si512((const void *)pl_iqx_xs_ctl[w]));
+                    int32_t qa;
+                    memcpy(&qa, qtb + 32 * s + 16 * P + 4 * w, 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    bs4[w] = _mm512_dpwssd_epi32(bs4[w], _mm512_maddubs_epi16(wv, aq), mq[P]);
+                }
+            }
+        }
+        const __m512i bsum = _mm512_add_epi32(_mm512_add_epi32(bs4[0], bs4[1]), _mm512_add_epi32(bs4[2], bs4[3]));
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
 PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p1, const pl_q8kx *a,
                                         size_t as, int64_t c0, int64_t c1, float *dst, int64_t N) {
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xsx_panel_bytes(K);
     const bool dec = pl_iqx_dec_enabled();
+    if (pl_iqx_iq2xs_dec < 0) pl_iqx_iq2xs_dec = pl_cpu_switch("PL_CPU_IQ2XSDEC");
+    const bool gat = pl_iqx_iq2xs_dec != 0;
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XSX_CODES);
@@ -467,7 +574,8 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
             if (R == 1 && dec) {
-                pl_iq2xsx_panel1(nb, codes, dv, y[0], d, mk);
+                if (gat) pl_iq2xsx_panel1(nb, codes, dv, y[0], d, mk);
+                else pl_iq2xsx_panel1p(nb, codes, dv, y[0], d, mk);
                 continue;
             }
             switch (R) {
