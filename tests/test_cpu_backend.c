@@ -648,13 +648,30 @@ static void iq1m_fill_extreme(char *wq, size_t row, int64_t K, int64_t N) {
         }
 }
 
-/* extreme: iq1m_fill_extreme's weights and activations +-1 instead of random ones */
+/* iq1_s's: every weight +-9 / 8 (entry 2047 with delta +1, entry 0 with delta -1, by row), scales
+ * 7, d = 1: with activations +-1 a pair's S_k = sum (8 g + delta) q8 over its 16 weights reaches
+ * 16 x 9 x 128 = 18432, a sub-block's 36864 (past int16: the one-row kernel's vpdpwssd takes pairs) */
+static void iq1s_fill_extreme(char *wq, size_t row, int64_t K, int64_t N) {
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t b = 0; b < K / QK_K; b++) {
+            block_iq1_s *x = (block_iq1_s *)(wq + n * row) + b;
+            const int neg = (int)(n % 2);
+            x->d = 0x3C00;
+            memset(x->qs, neg ? 0x00 : 0xFF, sizeof x->qs);
+            for (int s = 0; s < 8; s++) x->qh[s] = neg ? 0xF000 : 0x7FFF;
+        }
+}
+
+/* extreme: iq1m_fill_extreme's (iq1s_fill_extreme's) weights and activations +-1 instead of random
+ * ones. iq1_s: the one-row run takes each of its kernels (the pair kernel with the gemm's shared
+ * activation data, the pair kernel making it per block, the group kernel), each == batched. */
 static void test_prepared_iq_one_row_x(pl_dtype dt, int64_t K, int64_t N, bool extreme) {
     pl_rng r = {(uint64_t)dt * 31337 + (uint64_t)K};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
     char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
     if (extreme) {
-        iq1m_fill_extreme(wq, row, K, N);
+        if (dt == PL_IQ1_S) iq1s_fill_extreme(wq, row, K, N);
+        else iq1m_fill_extreme(wq, row, K, N);
     } else {
         for (int64_t n = 0; n < N; n++)
             for (int64_t b = 0; b < K / QK_K; b++) pl_random_block(&r, dt, (unsigned char *)wq + n * row + b * pl_dtype_get(dt)->type_size);
@@ -685,21 +702,34 @@ static void test_prepared_iq_one_row_x(pl_dtype dt, int64_t K, int64_t N, bool e
         CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared cpu matmul");
         const double e = pl_nmse(y_prep, y_ref, N * M);
         CHECK(e < 5e-4, "%s K=%lld: prepared vs ref nmse %g", pl_dtype_name(dt), (long long)K, e);
-        int same = 0;
-        double worst = 0;
-        for (int64_t m = 0; m < M; m++) {
-            pl_tensor x1, y1;
-            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
-            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
-            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
-            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "prepared matmul, one row");
-            same += memcmp(y_one, y_prep + m * N, (size_t)N * 4) == 0;
-            const double em = pl_nmse(y_one, y_ref + m * N, N);
-            if (!(em <= worst)) worst = em;   /* NaN sticks */
+        int variants = 1;
+#if PL_CPU_HAVE_AVX2_BUILD
+        const int saved_dec = pl_iqx_iq1s_dec, saved_act = pl_iqx_iq1s_act;
+        if (dt == PL_IQ1_S) variants = 3;
+#endif
+        for (int v = 0; v < variants; v++) {
+#if PL_CPU_HAVE_AVX2_BUILD
+            if (dt == PL_IQ1_S) pl_iqx_iq1s_dec = v < 2, pl_iqx_iq1s_act = v == 0;
+#endif
+            int same = 0;
+            double worst = 0;
+            for (int64_t m = 0; m < M; m++) {
+                pl_tensor x1, y1;
+                pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+                pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
+                pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+                CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "prepared matmul, one row");
+                same += memcmp(y_one, y_prep + m * N, (size_t)N * 4) == 0;
+                const double em = pl_nmse(y_one, y_ref + m * N, N);
+                if (!(em <= worst)) worst = em;   /* NaN sticks */
+            }
+            CHECK(same == M, "%s K=%lld N=%lld kernel %d: one row == batched bit for bit (%d of %lld rows)", pl_dtype_name(dt),
+                  (long long)K, (long long)N, v, same, (long long)M);
+            CHECK(worst < 5e-4, "%s K=%lld kernel %d: one row vs ref nmse %g", pl_dtype_name(dt), (long long)K, v, worst);
         }
-        CHECK(same == M, "%s K=%lld N=%lld: one row == batched bit for bit (%d of %lld rows)", pl_dtype_name(dt),
-              (long long)K, (long long)N, same, (long long)M);
-        CHECK(worst < 5e-4, "%s K=%lld: one row vs ref nmse %g", pl_dtype_name(dt), (long long)K, worst);
+#if PL_CPU_HAVE_AVX2_BUILD
+        pl_iqx_iq1s_dec = saved_dec, pl_iqx_iq1s_act = saved_act;
+#endif
     }
     cpu_ctx_free(prep);
     free(wq); free(x); free(y_ref); free(y_prep); free(y_one);
@@ -902,6 +932,10 @@ int main(void) {
      * kernel makes its own per block */
     test_prepared_iq_one_row(PL_IQ1_M, 65 * 256, 24);
     test_prepared_iq_one_row_x(PL_IQ1_M, 512, 40, true);   /* S16 at its bound */
+    /* iq1_s: 65 blocks (past PL_IQ1SX_ACT_MAX: the pair kernel's per-block path alone), a pair's S_k
+     * at its int16 bound */
+    test_prepared_iq_one_row(PL_IQ1_S, 65 * 256, 24);
+    test_prepared_iq_one_row_x(PL_IQ1_S, 512, 40, true);
     test_prepared_matmul(PL_IQ2_S, 1024, 64);
     test_prepared_matmul(PL_IQ2_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_Q5_K, 1024, 64);

@@ -434,8 +434,11 @@ void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t 
 #endif
 
 /* iq1_s -> PL_PACK_IQ1SX_X16 (the same files): per block of a panel
- *   codes [nb][768]: q[32][16] u8 = qs[g] of row r, then qh[8][16] u16 =
- *         qh[s] of row r (index bits 8-10 of its 4 groups, scale, delta sign);
+ *   codes [nb][768]: e[16][16][3] u8 = pair k (groups 2 k, 2 k + 1; sub-block k / 2) of row r, the
+ *         24-bit little-endian lo | ia << 2 | ib << 13 (ia, ib the groups' 11-bit grid indices,
+ *         qs | 3 qh bits << 8); lo, the sub-block's 4 other bits: pair 2 s has the delta sign
+ *         (bit 0) and scale bit 0 (bit 1), pair 2 s + 1 scale bits 1, 2 (bits 0, 1). One zmm load
+ *         and one vpermb give 16 dwords x, x & 0x1FFC (4 ia) and x >> 13 (ib) index the gathers;
  *   d     [nb][16] f16.  800 bytes a panel block = 16 x 50, no growth.
  * pl_iqx_iq1s_u: the 2048 grid entries + 1 (bytes 0..2, for vpdpbusd). */
 #define PL_IQ1SX_CODES 768
@@ -496,6 +499,10 @@ extern uint8_t pl_iqx_iq2xs_lv[1024];   /* iq2_xs's: [i] and [512 + i], by pl_iq
 extern uint16_t pl_iqx_iq2xs_c16[514];
 /* iq2_xs one-row kernel: -1 = PL_CPU_IQ2XSDEC (unread), 1 = gathers, 0 = the permute lookups (tests set it) */
 extern int pl_iqx_iq2xs_dec;
+/* iq1_s one-row kernel: -1 = PL_CPU_IQ1SDEC (unread), 1 = the pair kernel (vpermd delta terms,
+ * vpdpwssd scales), 0 = the group kernel before it; pl_iqx_iq1s_act: -1 = PL_CPU_IQ1SACT (unread),
+ * 1 = the gemm makes the activation data once (K <= 16384), 0 = per block and panel (tests set them) */
+extern int pl_iqx_iq1s_dec, pl_iqx_iq1s_act;
 #endif
 
 /* ---- op entry points (one per table entry family) ----------------------------*/

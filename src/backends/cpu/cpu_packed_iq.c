@@ -152,17 +152,20 @@ void pl_iq2xsx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
     }
 }
 
-/* iq1_s -> PL_PACK_IQ1SX_X16: qs[g] and qh[s] of each row, as in the file,
- * reordered by group / sub-block. */
+/* iq1_s -> PL_PACK_IQ1SX_X16: per pair k of groups (2 k, 2 k + 1) and row r the 24 bits
+ * lo | ia << 2 | ib << 13 (ia, ib the 11-bit grid indices; lo = delta sign | scale bit 0 << 1 for
+ * k even, scale bits 1, 2 for k odd: the sub-block's qh bits 12-15). */
 uint64_t pl_iqx_iq1s_u[2048];
 /* pl_iqx_iq1_c2[1 + i]: grid entry i as 8 two-bit codes g + 1 (bits 2 j, 2 j + 1 = weight j), one
  * u16 of padding either side (the one-row kernels gather dwords at 2 i and 2 i - 2) */
 uint16_t pl_iqx_iq1_c2[2050];
+uint32_t pl_iqx_iq1m_c4[2048];
 static void pl_iqx_iq1_c2_init(void) {
     for (int i = 0; i < 2048; i++) {
         unsigned e = 0;
         for (int j = 0; j < 8; j++) e |= (unsigned)((int8_t)(pl_iq1s_grid[i] >> (8 * j)) + 1) << (2 * j);
         pl_iqx_iq1_c2[1 + i] = (uint16_t)e;
+        pl_iqx_iq1m_c4[i] = e * 0x10001u;   /* iq1_m's and iq1_s's one-row kernels gather from it */
     }
 }
 static void pl_iqx_iq1_c2_once(void) {
@@ -186,12 +189,15 @@ void pl_iq1sx_pack_panel(const char *src, size_t row_bytes, int64_t K, int nr, u
     memset(out, 0, pl_iq1sx_panel_bytes(K));
     for (int64_t b = 0; b < nb; b++) {
         uint8_t *q = out + b * PL_IQ1SX_CODES;
-        uint16_t *qh = (uint16_t *)(q + 512);
         for (int r = 0; r < nr; r++) {
             const block_iq1_s *x = (const block_iq1_s *)(src + r * row_bytes) + b;
             dv[b * PL_KQX_ROWS + r] = x->d;
-            for (int g = 0; g < 32; g++) q[16 * g + r] = x->qs[g];
-            for (int s = 0; s < 8; s++) qh[16 * s + r] = x->qh[s];
+            for (int k = 0; k < 16; k++) {
+                const uint32_t h = x->qh[k / 2], o = 6 * (k % 2);   /* the pair's index bits at o, o + 3 */
+                const uint32_t lo = k % 2 ? (h >> 13 & 3) : (h >> 15 | (h >> 12 & 1) << 1);
+                const uint32_t v = lo | (x->qs[2 * k] | (h >> o & 7) << 8) << 2 | (x->qs[2 * k + 1] | (h >> (o + 3) & 7) << 8) << 13;
+                for (int j = 0; j < 3; j++) q[48 * k + 3 * r + j] = (uint8_t)(v >> (8 * j));
+            }
         }
     }
 }
@@ -203,11 +209,17 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
     const uint16_t *dv = (const uint16_t *)(panel + nb * PL_IQ1SX_CODES);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = panel + b * PL_IQ1SX_CODES;
-        const uint16_t *qh = (const uint16_t *)(q + 512);
         block_iq1_s x;
         x.d = dv[b * PL_KQX_ROWS + l];
-        for (int g = 0; g < 32; g++) x.qs[g] = q[16 * g + l];
-        for (int s = 0; s < 8; s++) x.qh[s] = qh[16 * s + l];
+        memset(x.qh, 0, sizeof x.qh);
+        for (int k = 0; k < 16; k++) {
+            const uint8_t *e = q + 48 * k + 3 * l;
+            const uint32_t v = e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16, o = 6 * (k % 2);
+            x.qs[2 * k] = (uint8_t)(v >> 2);
+            x.qs[2 * k + 1] = (uint8_t)(v >> 13);
+            const uint32_t lo = k % 2 ? (v & 3) << 13 : (v & 1) << 15 | (v >> 1 & 1) << 12;
+            x.qh[k / 2] = (uint16_t)(x.qh[k / 2] | (v >> 10 & 7) << o | (v >> 21 & 7) << (o + 3) | lo);
+        }
         pl_dequantize_row(PL_IQ1_S, &x, out + b * QK_K, QK_K);
     }
 }
@@ -218,10 +230,8 @@ void pl_iq1sx_get_row(const uint8_t *data, int64_t K, int64_t r, float *out) {
  * pl_iqx_iq1m_u[i | neg << 11]: the 8 codes 8 (g + 1) + delta + 1 (delta = -1 if neg else +1):
  * 0..18, unsigned. pl_iqx_iq1m_c4[i]: pl_iqx_iq1_c2's entry i in both halves of a u32. */
 uint64_t pl_iqx_iq1m_u[4096];
-uint32_t pl_iqx_iq1m_c4[2048];
 static void pl_iqx_iq1m_init(void) {
     pl_iqx_iq1_c2_once();
-    for (int i = 0; i < 2048; i++) pl_iqx_iq1m_c4[i] = pl_iqx_iq1_c2[1 + i] * 0x10001u;
     for (int i = 0; i < 4096; i++) {
         uint64_t e = 0;
         for (int j = 0; j < 8; j++) {

@@ -588,6 +588,16 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
     }
 }
 
+/* iq1_m's / iq1_s's pair k of the 16 rows (PL_PACK_IQ1MX_X16, PL_PACK_IQ1SX_X16): the 24-bit fields at q
+ * (48 bytes) -> dword r = row r's da | db << 1 | ia << 2 | ib << 13 (iq1_s: lo | ia << 2 | ib << 13),
+ * bits 24-31 zero. The 64-byte load reads past the 48
+ * (at most into the block's scales; iq1_s: into the next block or the d16 after the last). */
+PL_IQX_AI __m512i pl_iq1mx_pair_bits(const uint8_t *q) {
+    const __m512i ctl = _mm512_setr_epi32(0x020100, 0x050403, 0x080706, 0x0B0A09, 0x0E0D0C, 0x11100F, 0x141312, 0x171615,
+                                          0x1A1918, 0x1D1C1B, 0x201F1E, 0x232221, 0x262524, 0x292827, 0x2C2B2A, 0x2F2E2D);
+    return _mm512_maskz_permutexvar_epi8((__mmask64)0x7777777777777777ULL, ctl, _mm512_loadu_si512((const void *)q));
+}
+
 /* ---- iq1_s (PL_PACK_IQ1SX_X16) ----------------------------------------------------------------
  * A weight is (g + delta / 8) with g = -1, 0, 1 from the 2048-entry grid (11-bit index: qs | 3 bits
  * of qh << 8) and delta = +-1 per sub-block. In integers, times 8 as the per-row tile does:
@@ -602,7 +612,6 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
     const __m512i pair_hi = _mm512_add_epi32(pair_lo, _mm512_set1_epi32(8));
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1SX_CODES;
-        const uint16_t *qh = (const uint16_t *)(q + 512);
         __m512i blo[PL_IQX_R], bhi[PL_IQX_R];
         PL_UNROLL
         for (int c = 0; c < R; c++) blo[c] = bhi[c] = _mm512_setzero_si512();
@@ -610,11 +619,13 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
         for (int s = 0; s < 8; s++) {
             _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
             if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
-            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(qh + 16 * s)));
-            const __m512i ls = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(h, 12), _mm512_set1_epi32(7)), 1),
-                                                _mm512_set1_epi32(1));
-            /* delta - 8: -9 where bit 15 is set, else -7 */
-            const __m512i dm8 = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)),
+            /* x0, x1: pairs 2 s, 2 s + 1; x0 bit 0 = the delta sign, x0 bit 1 | x1 bits 0-1 << 1 = the scale */
+            const __m512i x0 = pl_iq1mx_pair_bits(q + 96 * s), x1 = pl_iq1mx_pair_bits(q + 96 * s + 48);
+            const __m512i s3 = _mm512_ternarylogic_epi32(_mm512_slli_epi32(x1, 1), _mm512_srli_epi32(x0, 1), _mm512_set1_epi32(6),
+                                                         0xE4);   /* c ? a : b */
+            const __m512i ls = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(s3, _mm512_set1_epi32(7)), 1), _mm512_set1_epi32(1));
+            /* delta - 8: -9 where the sign bit is set, else -7 */
+            const __m512i dm8 = _mm512_mask_blend_epi32(_mm512_test_epi32_mask(x0, _mm512_set1_epi32(1)),
                                                         _mm512_set1_epi32(-7), _mm512_set1_epi32(-9));
             const __m512i ls8 = _mm512_slli_epi32(ls, 3), le = _mm512_mullo_epi32(ls, dm8);
             const __m512i ls8lo = _mm512_permutexvar_epi32(pair_lo, ls8), ls8hi = _mm512_permutexvar_epi32(pair_hi, ls8);
@@ -626,9 +637,8 @@ PL_IQX_AI void pl_iq1sx_panel(int64_t nb, const uint8_t *codes, const uint16_t *
             PL_UNROLL
             for (int l = 0; l < 4; l++) {
                 const int g = 4 * s + l;
-                const __m512i hi3 = _mm512_and_si512(_mm512_srli_epi32(h, 3 * l), _mm512_set1_epi32(7));
-                const __m512i ix = _mm512_or_si512(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * g))),
-                                                   _mm512_slli_epi32(hi3, 8));
+                const __m512i x = l < 2 ? x0 : x1;
+                const __m512i ix = l % 2 ? _mm512_srli_epi32(x, 13) : _mm512_and_si512(_mm512_srli_epi32(x, 2), _mm512_set1_epi32(0x7FF));
                 __m512i glo, ghi;
                 pl_iqx_gather(_mm512_castsi512_si256(ix), _mm512_extracti64x4_epi64(ix, 1), pl_iqx_iq1s_u, &glo, &ghi);
                 PL_UNROLL
@@ -725,16 +735,16 @@ PL_IQX_AI void pl_iqx_q8_transpose_iq1(const int8_t *q8, int8_t *buf) {
     __asm__ volatile("" ::: "memory");
 }
 
-/* iq1_s, one row: sub-block s = pairs 2 s, 2 s + 1; S = 8 D + (delta - 8) B as in the tile, with
- * delta - 8 = -7, or -9 where bit 15 of qh is set: S = 8 D - 7 B, minus 2 B under that mask. */
-PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
-                                   __mmask16 mk) {
+/* iq1_s, one row, the group kernel (PL_CPU_IQ1SDEC=0; the pair kernel below is the default):
+ * sub-block s = pairs 2 s, 2 s + 1; S = 8 D + (delta - 8) B as in the tile, with delta - 8 = -7, or
+ * -9 where the sign bit (x0 bit 0) is set: S = 8 D - 7 B, minus 2 B under that mask. */
+PL_IQX_DEC_F void pl_iq1sx_panel1g(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                    __mmask16 mk) {
     __attribute__((aligned(64))) int8_t qtb[256];
     __attribute__((aligned(64))) int32_t cb[16];
     __m512 accf = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1SX_CODES;
-        const uint16_t *qh = (const uint16_t *)(q + 512);
         /* cb[s] = -7 B, cb[8 + s] = 2 B of sub-block s: broadcast loads below */
         const __m256i B32 = _mm256_cvtepi16_epi32(_mm_loadu_si128((const __m128i *)y[b].bsum32));
         _mm256_store_si256((__m256i *)cb, _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_mullo_epi32(B32, _mm256_set1_epi32(7))));
@@ -745,35 +755,23 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
         for (int s = 0; s < 8; s++) {
             _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
             if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
-            const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(qh + 16 * s)));
-            const __m512i m7 = _mm512_set1_epi32(0x700);
-            __m512i ix[4];
-            PL_UNROLL
-            for (int l = 0; l < 4; l++) {
-                const __m512i hb = l < 3 ? _mm512_slli_epi32(h, 8 - 3 * l) : _mm512_srli_epi32(h, 1);
-                ix[l] = _mm512_ternarylogic_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(q + 16 * (4 * s + l)))),
-                                                  hb, m7, 0xF8);   /* a | (b & c) */
-            }
-            __m512i S = _mm512_add_epi32(pl_iqx_iq1_pair(ix[0], ix[1], qtb + 32 * s, _mm512_set1_epi32(cb[s])),
-                                         pl_iqx_iq1_pair(ix[2], ix[3], qtb + 32 * s + 16, _mm512_setzero_si512()));
-            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(h, _mm512_set1_epi32(0x8000)), S, _mm512_set1_epi32(cb[8 + s]));
-            const __m512i ls = _mm512_and_si512(_mm512_srli_epi32(h, 11), _mm512_set1_epi32(14));
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_or_si512(ls, _mm512_set1_epi32(1))));
+            const __m512i x0 = pl_iq1mx_pair_bits(q + 96 * s), x1 = pl_iq1mx_pair_bits(q + 96 * s + 48);
+            const __m512i m11 = _mm512_set1_epi32(0x7FF);
+            __m512i S = _mm512_add_epi32(
+                pl_iqx_iq1_pair(_mm512_and_si512(_mm512_srli_epi32(x0, 2), m11), _mm512_srli_epi32(x0, 13), qtb + 32 * s,
+                                _mm512_set1_epi32(cb[s])),
+                pl_iqx_iq1_pair(_mm512_and_si512(_mm512_srli_epi32(x1, 2), m11), _mm512_srli_epi32(x1, 13), qtb + 32 * s + 16,
+                                _mm512_setzero_si512()));
+            S = _mm512_mask_sub_epi32(S, _mm512_test_epi32_mask(x0, _mm512_set1_epi32(1)), S, _mm512_set1_epi32(cb[8 + s]));
+            /* 2 s + 1 = 1 | x0 bit 1 << 1 | x1 bits 0-1 << 2 */
+            const __m512i ls = _mm512_ternarylogic_epi32(_mm512_slli_epi32(x1, 2), x0, _mm512_set1_epi32(12), 0xE4);   /* c ? a : b */
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(S, _mm512_ternarylogic_epi32(ls, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA)));
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
         const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
         accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
     }
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
-}
-
-/* iq1_m's pair k of the 16 rows (PL_PACK_IQ1MX_X16): the 24-bit fields at q (48 bytes) -> dword r =
- * row r's da | db << 1 | ia << 2 | ib << 13, bits 24-31 zero. The 64-byte load reads past the 48
- * (at most into the block's scales). */
-PL_IQX_AI __m512i pl_iq1mx_pair_bits(const uint8_t *q) {
-    const __m512i ctl = _mm512_setr_epi32(0x020100, 0x050403, 0x080706, 0x0B0A09, 0x0E0D0C, 0x11100F, 0x141312, 0x171615,
-                                          0x1A1918, 0x1D1C1B, 0x201F1E, 0x232221, 0x262524, 0x292827, 0x2C2B2A, 0x2F2E2D);
-    return _mm512_maskz_permutexvar_epi8((__mmask64)0x7777777777777777ULL, ctl, _mm512_loadu_si512((const void *)q));
 }
 
 /* iq1_m's 16 f16 block scales of a panel, from its 64 scale words (sc: 4 words a row): nibble k
@@ -796,6 +794,76 @@ PL_IQX_AI __m512i pl_iq1mx_bits(__m512i v, int o) {
     const int64_t lo = (int64_t)((o & 63) | ((o + 8) & 63) << 8 | 24 << 16 | 24 << 24);
     const int64_t hi = (int64_t)(((o + 32) & 63) | ((o + 40) & 63) << 8 | 56 << 16 | 56 << 24);
     return _mm512_multishift_epi64_epi8(_mm512_set1_epi64(lo | hi << 32), v);
+}
+
+/* iq1_s, one row, the pair kernel (the default): pair k = groups 2 k, 2 k + 1 of sub-block s = k / 2,
+ * as iq1_m's (gathers from pl_iqx_iq1m_c4 indexed by x & 0x1FFC and x >> 13, one blend, 4 affine
+ * maps + vpdpbusd). With B_k the q8 sum of pair k (the q8_K bsums[k]) and the sub-block's delta
+ * sign (x0 bit 0, x0 = pair 2 s's dword),
+ *     S_k = sum (8 g + delta) q8 = 8 D_k + T_k[sign],   T_k = {-7 B_k, -9 B_k},
+ * T_k a qword broadcast to all 8 qwords, looked up per row by one vpermd indexed by x0 (bit 0 = the
+ * sign; bits 1-3 pick among equal copies). |S_k| <= 16 x 9 x 128 = 18432 < 2^15 (a whole sub-block
+ * could reach 36864: hence per pair), and 2 s + 1 <= 15 in a dword whose high word is zero, so
+ * (2 s + 1) S_k is one vpdpwssd; both pairs of a sub-block share its 2 s + 1 (1 | x0 bit 1 << 1 |
+ * x1 bits 0-1 << 2, x1 bits moved by a vpmultishiftqb). bsum is the same integer as the tile's
+ * sum of (2 s + 1) (S_2s + S_2s+1), so the float steps match bit for bit. */
+typedef struct {
+    int8_t qt[256];
+    int32_t tab[32];   /* T_k at 2 k: -7 B_k, -9 B_k */
+} pl_iq1sx_act;
+#define PL_IQ1SX_ACT_MAX 64   /* K <= 16384: 24 KB of stack */
+
+PL_IQX_DEC_AI void pl_iq1sx_act_block(const pl_q8kx *yb, pl_iq1sx_act *a) {
+    const __m512i B = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)yb->b.bsums));
+    const __m512i t7 = _mm512_mullo_epi32(B, _mm512_set1_epi32(-7)), t9 = _mm512_mullo_epi32(B, _mm512_set1_epi32(-9));
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    _mm512_store_si512((void *)a->tab, _mm512_permutex2var_epi32(t7, lo, t9));
+    _mm512_store_si512((void *)(a->tab + 16), _mm512_permutex2var_epi32(t7, _mm512_add_epi32(lo, _mm512_set1_epi32(8)), t9));
+    pl_iqx_q8_transpose_iq1(yb->b.qs, a->qt);
+}
+
+PL_IQX_DEC_F void pl_iq1sx_act_row(int64_t nb, const pl_q8kx *y, pl_iq1sx_act *act) {
+    for (int64_t b = 0; b < nb; b++) pl_iq1sx_act_block(&y[b], &act[b]);
+}
+
+/* act: pl_iq1sx_act_row's, or NULL (made here per block) */
+PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y,
+                                   const pl_iq1sx_act *act, float *d, __mmask16 mk) {
+    __attribute__((aligned(64))) pl_iq1sx_act own;
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *q = codes + b * PL_IQ1SX_CODES;
+        const pl_iq1sx_act *a = act ? &act[b] : &own;
+        if (!act) pl_iq1sx_act_block(&y[b], &own);
+        const int8_t *qtb = a->qt;
+        const int32_t *tab = a->tab;
+        __m512i bsum = _mm512_setzero_si512();
+        PL_UNROLL
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(q + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            if (s < 4) _mm_prefetch((const char *)(q + 512 + 64 * s) + PL_IQX_PF * PL_IQ1SX_CODES, _MM_HINT_T0);
+            const __m512i x0 = pl_iq1mx_pair_bits(q + 96 * s), x1 = pl_iq1mx_pair_bits(q + 96 * s + 48);
+            __m512i S[2];
+            PL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                const __m512i x = h ? x1 : x0;
+                int64_t t;
+                memcpy(&t, tab + 4 * s + 2 * h, 8);
+                const __m512i ga = _mm512_i32gather_epi32(_mm512_and_si512(x, _mm512_set1_epi32(0x1FFC)), (const void *)pl_iqx_iq1m_c4, 1);
+                const __m512i gb = _mm512_i32gather_epi32(pl_iq1mx_bits(x, 13), (const void *)pl_iqx_iq1m_c4, 4);
+                S[h] = pl_iq1mx_dot(_mm512_mask_blend_epi16((__mmask32)0xAAAAAAAAu, ga, gb), qtb + 32 * s + 16 * h,
+                                    _mm512_permutexvar_epi32(x0, _mm512_set1_epi64(t)));
+            }
+            /* pl_iq1mx_bits(x1, -2): bits 0-15 of x1 << 2 (x1 < 2^24), x1 bits 0-1 at 2-3 */
+            const __m512i u = _mm512_ternarylogic_epi32(pl_iq1mx_bits(x1, -2), x0, _mm512_set1_epi32(12), 0xE4);   /* c ? a : b */
+            const __m512i ls = _mm512_ternarylogic_epi32(u, _mm512_set1_epi32(14), _mm512_set1_epi32(1), 0xEA);   /* a & b | c */
+            bsum = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(bsum, S[0], ls), S[1], ls);
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
 }
 
 /* iq1_m, one row: pair k = the 16 weights of scale k (groups a = 2 k, b = 2 k + 1). With B_g the
@@ -892,6 +960,8 @@ static bool pl_iq1mx_act_on(void) {
     return cached;
 }
 
+int pl_iqx_iq1s_dec = -1, pl_iqx_iq1s_act = -1;
+
 /* PL_CPU_IQ1DEC=0 (or PL_CPU_IQDEC=0): one activation row of iq1_s / iq1_m takes the gather tile */
 static bool pl_iqx_iq1dec_enabled(void) {
     static int cached = -1;
@@ -904,6 +974,13 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq1sx_panel_bytes(K);
     const bool dec = pl_iqx_iq1dec_enabled();
+    if (pl_iqx_iq1s_dec < 0) pl_iqx_iq1s_dec = pl_cpu_switch("PL_CPU_IQ1SDEC");
+    if (pl_iqx_iq1s_act < 0) pl_iqx_iq1s_act = pl_cpu_switch("PL_CPU_IQ1SACT");
+    const bool pair = pl_iqx_iq1s_dec != 0;
+    /* a lone last activation row (R == 1 below) is the same row in every panel */
+    __attribute__((aligned(64))) pl_iq1sx_act act[PL_IQ1SX_ACT_MAX];
+    const bool have_act = dec && pair && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ1SX_ACT_MAX && p1 > p0 && pl_iqx_iq1s_act;
+    if (have_act) pl_iq1sx_act_row(nb, (const pl_q8kx *)((const char *)a + (c1 - 1) * as), act);
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ1SX_CODES);
@@ -914,7 +991,8 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
             if (R == 1 && dec) {
-                pl_iq1sx_panel1(nb, codes, dv, y[0], d, mk);
+                if (pair) pl_iq1sx_panel1(nb, codes, dv, y[0], have_act ? act : NULL, d, mk);
+                else pl_iq1sx_panel1g(nb, codes, dv, y[0], d, mk);
                 continue;
             }
             switch (R) {
