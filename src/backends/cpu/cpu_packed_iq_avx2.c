@@ -831,8 +831,13 @@ PL_IQX_DEC_F void pl_iq1sx_panel1(int64_t nb, const uint8_t *codes, const uint16
                                    const pl_iq1sx_act *act, float *d, __mmask16 mk) {
     __attribute__((aligned(64))) pl_iq1sx_act own;
     __m512 accf = _mm512_setzero_ps();
+    /* the f16 d of the blocks lie after the panel's codes, a stream the code prefetches below do
+     * not reach before the block needs them */
+    _mm_prefetch((const char *)dv, _MM_HINT_T0);
+    _mm_prefetch((const char *)dv + 64, _MM_HINT_T0);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = codes + b * PL_IQ1SX_CODES;
+        _mm_prefetch((const char *)(dv + PL_KQX_ROWS * (b + PL_IQX_PF)), _MM_HINT_T0);
         const pl_iq1sx_act *a = act ? &act[b] : &own;
         if (!act) pl_iq1sx_act_block(&y[b], &own);
         const int8_t *qtb = a->qt;
