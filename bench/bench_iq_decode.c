@@ -11,7 +11,8 @@
  * the "original" rows run with the prepared layouts off for that type; PL_CPU_IQDEC=0 gives the
  * prepared iq2_xxs / iq2_xs weights the gather tile at M = 1 too, the before of the one-row kernels;
  * PL_CPU_IQ1DEC=0 does the same for iq1_s / iq1_m alone; PL_CPU_IQ2XSDEC=0 gives iq2_xs at M = 1 the
- * permute-lookup one-row kernel instead of the dword-gather one)
+ * permute-lookup one-row kernel instead of the dword-gather one; PL_CPU_IQ2XXSDEC=0 gives iq2_xxs at M = 1
+ * the previous one-row kernel, pl_iq2xxsx_panel1p)
  */
 #include "bench_kernel_util.h"
 

@@ -804,6 +804,83 @@ static void test_prepared_iq2xs_one_row_paths(void) {
 #endif
 }
 
+/* iq2_xxs, one activation row: the one-row kernel == the batched tile (M = 2) bit for bit on
+ * weights that reach every grid index, all 128 sign indices of each of the 4 group positions and
+ * all 16 scales (checked, so the draw cannot silently lose coverage), with a padded last panel.
+ * K > 64 blocks: the kernel transposes the activation per block (PL_IQ2XXSX_QT_MAX) instead of once. */
+static void test_prepared_iq2xxs_one_row_paths(int64_t K, int64_t N) {
+#if PL_CPU_HAVE_AVX2_BUILD
+    const pl_dtype dt = PL_IQ2_XXS;
+    const int64_t M = 2;
+    pl_rng r = {4243 + (uint64_t)K};
+    const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
+    char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
+    for (int64_t n = 0; n < N * (K / QK_K); n++) pl_random_block(&r, dt, (unsigned char *)wq + n * sizeof(block_iq2_xxs));
+    static unsigned char seen[256];
+    uint32_t signs[4][4] = {{0}}, scales = 0;
+    memset(seen, 0, sizeof seen);
+    for (int64_t n = 0; n < N * (K / QK_K); n++) {
+        const uint8_t *qs = (const uint8_t *)((const block_iq2_xxs *)wq + n)->qs;
+        for (int sb = 0; sb < 8; sb++) {
+            const uint32_t sw = (uint32_t)qs[8 * sb + 4] | (uint32_t)qs[8 * sb + 5] << 8 | (uint32_t)qs[8 * sb + 6] << 16 |
+                                (uint32_t)qs[8 * sb + 7] << 24;
+            for (int l = 0; l < 4; l++) {
+                const uint32_t si = (sw >> (7 * l)) & 127;
+                seen[qs[8 * sb + l]] = 1;
+                signs[l][si >> 5] |= 1u << (si & 31);
+            }
+            scales |= 1u << (sw >> 28);
+        }
+    }
+    int n_seen = 0, all_signs = 1;
+    for (int i = 0; i < 256; i++) n_seen += seen[i];
+    for (int l = 0; l < 4; l++)
+        for (int j = 0; j < 4; j++) all_signs &= signs[l][j] == 0xFFFFFFFFu;
+    CHECK(n_seen == 256 && scales == 0xFFFF && all_signs, "iq2_xxs K=%lld coverage: %d of 256 grid indices, scales %x, signs %d",
+          (long long)K, n_seen, scales, all_signs);
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+    float *x = malloc((size_t)(K * M) * sizeof(float));
+    pl_fill_normal(&r, x, K * M, 1.0f);
+    float *y_tile = malloc((size_t)(N * M) * 4), *y_one = malloc((size_t)N * 4), *y_old = malloc((size_t)N * 4);
+    pl_tensor tx, ty;
+    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_tile);
+    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
+    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
+    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
+        printf("iq2_xxs one-row paths: no prepared layout here (skipped)\n");
+    } else {
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare iq2_xxs");
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared iq2_xxs matmul, 2 rows");
+        const int saved = pl_iqx_iq2xxs_dec;
+        int same = 0, same_p = 0, finite = 1;
+        for (int64_t m = 0; m < M; m++) {
+            pl_tensor x1, y1;
+            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+            pl_iqx_iq2xxs_dec = 1;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xxs one row");
+            pl_iqx_iq2xxs_dec = 0;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_old);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xxs one row, PL_CPU_IQ2XXSDEC=0 kernel");
+            same += memcmp(y_one, y_tile + m * N, (size_t)N * 4) == 0;
+            same_p += memcmp(y_old, y_one, (size_t)N * 4) == 0;
+            for (int64_t i = 0; i < N; i++) finite &= isfinite(y_one[i]) && isfinite(y_old[i]) && isfinite(y_tile[m * N + i]);
+        }
+        pl_iqx_iq2xxs_dec = saved;
+        CHECK(finite, "iq2_xxs one row: finite results");
+        CHECK(same == M, "iq2_xxs one row == batched bit for bit (%d of %lld rows)", same, (long long)M);
+        CHECK(same_p == M, "iq2_xxs one row == the PL_CPU_IQ2XXSDEC=0 kernel bit for bit (%d of %lld rows)", same_p, (long long)M);
+    }
+    cpu_ctx_free(prep);
+    free(wq); free(x); free(y_tile); free(y_one); free(y_old);
+#endif
+}
+
 static void test_prepared_matmul_id(pl_dtype dt, int64_t K, int64_t N, int64_t X, int64_t k) {
     pl_rng r = {(uint64_t)dt * 104729 + (uint64_t)K + (uint64_t)X};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)(N * X);
@@ -922,6 +999,8 @@ int main(void) {
     test_prepared_iq_one_row(PL_IQ2_XXS, 1280, 40);
     test_prepared_iq_one_row(PL_IQ2_XS, 768, 40);
     test_prepared_iq2xs_one_row_paths();
+    test_prepared_iq2xxs_one_row_paths(2048, 56);
+    test_prepared_iq2xxs_one_row_paths(65 * 256, 24);
     test_prepared_matmul(PL_IQ1_S, 1024, 64);
     test_prepared_matmul(PL_IQ1_S, 768, 40);    /* an odd block count, a padded last panel */
     test_prepared_matmul(PL_IQ1_M, 1024, 64);

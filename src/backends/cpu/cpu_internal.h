@@ -494,6 +494,8 @@ void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p
  * weights 0-3 of entry i, byte 256 + i = weights 4-7; filled by the first pl_iq2xxsx_pack_panel. */
 #if PL_CPU_HAVE_AVX2_BUILD
 extern uint8_t pl_iqx_iq2xxs_lv[512];
+/* iq2_xxs one-row kernel: -1 = PL_CPU_IQ2XXSDEC (unread), 1 = the default, 0 = pl_iq2xxsx_panel1p (tests set it) */
+extern int pl_iqx_iq2xxs_dec;
 extern uint8_t pl_iqx_iq2xs_lv[1024];   /* iq2_xs's: [i] and [512 + i], by pl_iq2xsx_pack_panel */
 /* iq2_xs's for the gather kernel: [1 + i] = lv[i] | lv[512 + i] << 8, one u16 of padding either side */
 extern uint16_t pl_iqx_iq2xs_c16[514];

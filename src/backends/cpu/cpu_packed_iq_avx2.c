@@ -210,8 +210,8 @@ PL_IQX_AI void pl_iqx_q8_transpose(const int8_t *q8, __m512i qt, int8_t *buf) {
 #define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
 /* not inlined: the gemm entry points keep PL_IQX_T, so nothing GFNI runs on a CPU without it */
 #define PL_IQX_DEC_F static __attribute__((noinline)) PL_IQX_DEC_T
-PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
-                                     __mmask16 mk) {
+PL_IQX_DEC_F void pl_iq2xxsx_panel1p(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
+                                      __mmask16 mk) {
     const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
     const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
     const __m512i lo1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 64));
@@ -262,6 +262,88 @@ PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint
     _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
 }
 
+/* ---- iq2_xxs, one activation row: the default (PL_CPU_IQ2XXSDEC=0: pl_iq2xxsx_panel1p above) ------
+ * The same integers in the same order as pl_iq2xxsx_panel1p, with fewer uops a sub-block:
+ * - the 256-entry lookups without blends: vpermi2b with merge masking into its index register.
+ *   y = lookup in (t0, t1) on the lanes whose index has bit 7 clear (the others keep the index),
+ *   then lookup in (t2, t3) on the lanes with bit 7 set, whose y is still the index (vpermi2b reads
+ *   bits 0-6): 4 vpermi2b and the two masks for both tables instead of 4 vpermi2b, 2 blends, a mask;
+ * - the transposed q8 codes (pl_iqx_qt_xxs order) made once a gemm call for the one activation row
+ *   (pl_iq2xxsx_qt_row, when it fits PL_IQ2XXSX_QT_MAX blocks) instead of once a panel and block;
+ * - the sub-block loop not unrolled (a smaller loop body). */
+int pl_iqx_iq2xxs_dec = -1;
+#define PL_IQ2XXSX_QT_MAX 64   /* K <= 16384: 16 KB of stack */
+/* prefetch distance of the one-row kernel, blocks: 8 measured 4-7% faster than PL_IQX_PF (4) from memory
+ * on the 2048 x 6144 and 6144 x 2048 shapes, the same on 1024 x 3072 */
+#define PL_IQ2XXSX_PF1 8
+
+PL_IQX_DEC_F void pl_iq2xxsx_qt_row(int64_t nb, const pl_q8kx *y, int8_t *qt) {
+    const __m512i ctl = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
+    for (int64_t b = 0; b < nb; b++) pl_iqx_q8_transpose(y[b].b.qs, ctl, qt + 256 * b);
+}
+
+/* 256-entry byte lookup of x in t0..t3 (entry i at byte i of t0 | t1 | t2 | t3); k = bit 7 of x */
+PL_IQX_AI __m512i pl_iqx_lv_lookupm(__m512i x, __mmask64 k, __m512i t0, __m512i t1, __m512i t2, __m512i t3) {
+    const __m512i y = _mm512_mask2_permutex2var_epi8(t0, x, (__mmask64)~k, t1);
+    return _mm512_mask2_permutex2var_epi8(t2, y, k, t3);
+}
+
+/* qtrow: pl_iq2xxsx_qt_row's 256 bytes a block, or NULL (made here per block) */
+PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y,
+                                     const int8_t *qtrow, float *d, __mmask16 mk) {
+    const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
+    const __m512i lo0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 0));
+    const __m512i lo1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 64));
+    const __m512i lo2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 128));
+    const __m512i lo3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 192));
+    const __m512i hi0 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 256));
+    const __m512i hi1 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 320));
+    const __m512i hi2 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 384));
+    const __m512i hi3 = _mm512_loadu_si512((const void *)(pl_iqx_iq2xxs_lv + 448));
+    __attribute__((aligned(64))) int8_t own[256];
+    __m512 accf = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *idx = codes + b * PL_IQ2XXSX_CODES, *sg = idx + 512;
+        const int8_t *qtb = own;
+        if (qtrow) qtb = qtrow + 256 * b;
+        else pl_iqx_q8_transpose(y[b].b.qs, qt, own);
+        __m512i bsum = _mm512_setzero_si512();
+        /* not unrolled: the 8 sub-blocks written out measured ~20% slower from memory (cold), the
+         * same from cache */
+        _Pragma("GCC unroll 1")
+        for (int s = 0; s < 8; s++) {
+            _mm_prefetch((const char *)(idx + PL_IQ2XXSX_PF1 * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sg + PL_IQ2XXSX_PF1 * PL_IQ2XXSX_CODES + 64 * s), _MM_HINT_T0);
+            const __m512i v = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(sg + 64 * s)));
+            const __m512i full = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64(0x010204081020407FLL), 0);
+            const __m512i sbit = _mm512_gf2p8affine_epi64_epi8(v, _mm512_set1_epi64((int64_t)0x8000000000000000ULL), 0);
+            const __m512i sc = _mm512_dpbusd_epi32(_mm512_set1_epi32(1), sbit, _mm512_set1_epi32(0x10080402));
+            const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
+            const __mmask64 k = _mm512_movepi8_mask(x);
+            const __m512i lv[2] = {pl_iqx_lv_lookupm(x, k, lo0, lo1, lo2, lo3), pl_iqx_lv_lookupm(x, k, hi0, hi1, hi2, hi3)};
+            __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+            PL_UNROLL
+            for (int h = 0; h < 2; h++) {
+                PL_UNROLL
+                for (int w = 0; w < 4; w++) {
+                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
+                    const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
+                    int32_t qa;
+                    memcpy(&qa, qtb + 32 * s + 4 * (4 * h + w), 4);
+                    const __m512i a = _mm512_set1_epi32(qa);
+                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+                    acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
+                }
+            }
+            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc));
+        }
+        const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
+        const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
+        accf = _mm512_add_ps(accf, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(bsum)));
+    }
+    _mm512_mask_storeu_ps(d, mk, _mm512_mul_ps(_mm512_set1_ps(0.125f), accf));
+}
+
 /* PL_CPU_IQDEC=0: one activation row takes the gather tile too (before/after runs); the one-row
  * kernels also need GFNI */
 static bool pl_iqx_dec_enabled(void) {
@@ -275,6 +357,12 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xxsx_panel_bytes(K);
     const bool dec = pl_iqx_dec_enabled();
+    if (pl_iqx_iq2xxs_dec < 0) pl_iqx_iq2xxs_dec = pl_cpu_switch("PL_CPU_IQ2XXSDEC");
+    const bool fast = pl_iqx_iq2xxs_dec != 0;
+    /* the one activation row (the last, when the rows leave one over a tile) transposed once */
+    __attribute__((aligned(64))) int8_t qt[256 * PL_IQ2XXSX_QT_MAX];
+    const bool have_qt = dec && fast && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ2XXSX_QT_MAX && p1 > p0;
+    if (have_qt) pl_iq2xxsx_qt_row(nb, (const pl_q8kx *)((const char *)a + (c1 - 1) * as), qt);
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XXSX_CODES);
@@ -285,7 +373,8 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
             for (int i = 0; i < R; i++) y[i] = (const pl_q8kx *)((const char *)a + (c + i) * as);
             float *d = dst + c * N + PL_KQX_ROWS * p;
             if (R == 1 && dec) {
-                pl_iq2xxsx_panel1(nb, codes, dv, y[0], d, mk);
+                if (fast) pl_iq2xxsx_panel1(nb, codes, dv, y[0], have_qt ? qt : NULL, d, mk);
+                else pl_iq2xxsx_panel1p(nb, codes, dv, y[0], d, mk);
                 continue;
             }
             switch (R) {
