@@ -12,7 +12,9 @@
  * prepared iq2_xxs / iq2_xs weights the gather tile at M = 1 too, the before of the one-row kernels;
  * PL_CPU_IQ1DEC=0 does the same for iq1_s / iq1_m alone; PL_CPU_IQ2XSDEC=0 gives iq2_xs at M = 1 the
  * permute-lookup one-row kernel instead of the dword-gather one; PL_CPU_IQ2XXSDEC=0 gives iq2_xxs at M = 1
- * the previous one-row kernel, pl_iq2xxsx_panel1p)
+ * the previous one-row kernel, pl_iq2xxsx_panel1p; PL_CPU_IQ1SDEC=0 gives iq1_s at M = 1 the group
+ * kernel before the pair kernel; PL_CPU_IQ1SACT=0 / PL_CPU_IQ1MACT=0 make the iq1_s / iq1_m one-row
+ * kernels' activation data per block and panel instead of once a call)
  */
 #include "bench_kernel_util.h"
 

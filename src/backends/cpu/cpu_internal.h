@@ -494,15 +494,15 @@ void pl_cpu_gemm_iq2sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, int64_t p
  * weights 0-3 of entry i, byte 256 + i = weights 4-7; filled by the first pl_iq2xxsx_pack_panel. */
 #if PL_CPU_HAVE_AVX2_BUILD
 extern uint8_t pl_iqx_iq2xxs_lv[512];
-/* iq2_xxs one-row kernel: -1 = PL_CPU_IQ2XXSDEC (unread), 1 = the default, 0 = pl_iq2xxsx_panel1p (tests set it) */
+/* iq2_xxs one-row kernel: -1 = as PL_CPU_IQ2XXSDEC says, 1 = the default, 0 = pl_iq2xxsx_panel1p (tests set it) */
 extern int pl_iqx_iq2xxs_dec;
 extern uint8_t pl_iqx_iq2xs_lv[1024];   /* iq2_xs's: [i] and [512 + i], by pl_iq2xsx_pack_panel */
 /* iq2_xs's for the gather kernel: [1 + i] = lv[i] | lv[512 + i] << 8, one u16 of padding either side */
 extern uint16_t pl_iqx_iq2xs_c16[514];
-/* iq2_xs one-row kernel: -1 = PL_CPU_IQ2XSDEC (unread), 1 = gathers, 0 = the permute lookups (tests set it) */
+/* iq2_xs one-row kernel: -1 = as PL_CPU_IQ2XSDEC says, 1 = gathers, 0 = the permute lookups (tests set it) */
 extern int pl_iqx_iq2xs_dec;
-/* iq1_s one-row kernel: -1 = PL_CPU_IQ1SDEC (unread), 1 = the pair kernel (vpermd delta terms,
- * vpdpwssd scales), 0 = the group kernel before it; pl_iqx_iq1s_act: -1 = PL_CPU_IQ1SACT (unread),
+/* iq1_s one-row kernel: -1 = as PL_CPU_IQ1SDEC says, 1 = the pair kernel (vpermd delta terms,
+ * vpdpwssd scales), 0 = the group kernel before it; pl_iqx_iq1s_act: -1 = as PL_CPU_IQ1SACT says,
  * 1 = the gemm makes the activation data once (K <= 16384), 0 = per block and panel (tests set them) */
 extern int pl_iqx_iq1s_dec, pl_iqx_iq1s_act;
 #endif

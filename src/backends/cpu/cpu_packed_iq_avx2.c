@@ -41,6 +41,13 @@ PL_IQX_AI __mmask16 pl_iqx_mask(int64_t p, int64_t N) {
     return left >= PL_KQX_ROWS ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
 }
 
+/* A kernel choice: a test's override (>= 0) or else the env switch name, read once into *sw. */
+static bool pl_iqx_choice(int override, int *sw, const char *name) {
+    if (override >= 0) return override > 0;
+    if (*sw < 0) *sw = pl_cpu_switch(name);
+    return *sw > 0;
+}
+
 static const uint16_t pl_iqx_lsh[32] = {7, 7, 7, 7, 7, 7, 7, 7, 6, 6, 6, 6, 6, 6, 6, 6,
                                          5, 5, 5, 5, 5, 5, 5, 5, 4, 4, 4, 4, 4, 4, 4, 4};
 
@@ -357,8 +364,8 @@ PL_IQX_T void pl_cpu_gemm_iq2xxsx16_vnni(int64_t K, const uint8_t *w, int64_t p0
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xxsx_panel_bytes(K);
     const bool dec = pl_iqx_dec_enabled();
-    if (pl_iqx_iq2xxs_dec < 0) pl_iqx_iq2xxs_dec = pl_cpu_switch("PL_CPU_IQ2XXSDEC");
-    const bool fast = pl_iqx_iq2xxs_dec != 0;
+    static int sw = -1;
+    const bool fast = pl_iqx_choice(pl_iqx_iq2xxs_dec, &sw, "PL_CPU_IQ2XXSDEC");
     /* the one activation row (the last, when the rows leave one over a tile) transposed once */
     __attribute__((aligned(64))) int8_t qt[256 * PL_IQ2XXSX_QT_MAX];
     const bool have_qt = dec && fast && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ2XXSX_QT_MAX && p1 > p0;
@@ -651,8 +658,8 @@ PL_IQX_T void pl_cpu_gemm_iq2xsx16_vnni(int64_t K, const uint8_t *w, int64_t p0,
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq2xsx_panel_bytes(K);
     const bool dec = pl_iqx_dec_enabled();
-    if (pl_iqx_iq2xs_dec < 0) pl_iqx_iq2xs_dec = pl_cpu_switch("PL_CPU_IQ2XSDEC");
-    const bool gat = pl_iqx_iq2xs_dec != 0;
+    static int sw = -1;
+    const bool gat = pl_iqx_choice(pl_iqx_iq2xs_dec, &sw, "PL_CPU_IQ2XSDEC");
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
         const uint16_t *dv = (const uint16_t *)(codes + nb * PL_IQ2XSX_CODES);
@@ -1068,12 +1075,12 @@ PL_IQX_T void pl_cpu_gemm_iq1sx16_vnni(int64_t K, const uint8_t *w, int64_t p0, 
     const int64_t nb = K / QK_K;
     const size_t pb = pl_iq1sx_panel_bytes(K);
     const bool dec = pl_iqx_iq1dec_enabled();
-    if (pl_iqx_iq1s_dec < 0) pl_iqx_iq1s_dec = pl_cpu_switch("PL_CPU_IQ1SDEC");
-    if (pl_iqx_iq1s_act < 0) pl_iqx_iq1s_act = pl_cpu_switch("PL_CPU_IQ1SACT");
-    const bool pair = pl_iqx_iq1s_dec != 0;
+    static int sw_dec = -1, sw_act = -1;
+    const bool pair = pl_iqx_choice(pl_iqx_iq1s_dec, &sw_dec, "PL_CPU_IQ1SDEC");
+    const bool act_on = pl_iqx_choice(pl_iqx_iq1s_act, &sw_act, "PL_CPU_IQ1SACT");
     /* a lone last activation row (R == 1 below) is the same row in every panel */
     __attribute__((aligned(64))) pl_iq1sx_act act[PL_IQ1SX_ACT_MAX];
-    const bool have_act = dec && pair && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ1SX_ACT_MAX && p1 > p0 && pl_iqx_iq1s_act;
+    const bool have_act = dec && pair && (c1 - c0) % PL_IQX_R == 1 && nb <= PL_IQ1SX_ACT_MAX && p1 > p0 && act_on;
     if (have_act) pl_iq1sx_act_row(nb, (const pl_q8kx *)((const char *)a + (c1 - 1) * as), act);
     for (int64_t p = p0; p < p1; p++) {
         const uint8_t *codes = w + (size_t)p * pb;
