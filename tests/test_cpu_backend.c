@@ -737,6 +737,59 @@ static void test_prepared_iq_one_row_x(pl_dtype dt, int64_t K, int64_t N, bool e
 
 static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) { test_prepared_iq_one_row_x(dt, K, N, false); }
 
+#if PL_CPU_HAVE_AVX2_BUILD
+/* The one-row kernel choices of a prepared weight wq (K x N, dt) against each other and the batched
+ * tile: 2 activation rows through the tile, then each alone with *choice = 1 (name1) and 0 (name0);
+ * all three bit for bit and finite. *choice is restored. */
+static void one_row_paths(pl_dtype dt, char *wq, int64_t K, int64_t N, pl_rng *r, int *choice, const char *name1,
+                          const char *name0) {
+    const int64_t M = 2;
+    const char *tn = pl_dtype_name(dt);
+    pl_tensor w;
+    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
+    float *x = malloc((size_t)(K * M) * sizeof(float));
+    pl_fill_normal(r, x, K * M, 1.0f);
+    float *y_tile = malloc((size_t)(N * M) * 4), *y1v = malloc((size_t)N * 4), *y0v = malloc((size_t)N * 4);
+    pl_tensor tx, ty;
+    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
+    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_tile);
+    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
+    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
+    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
+    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
+        printf("%s one-row paths: no prepared layout here (skipped)\n", tn);
+    } else {
+        const pl_tensor *ws[1] = {&w};
+        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare %s", tn);
+        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared %s matmul, 2 rows", tn);
+        const int saved = *choice;
+        int same1 = 0, same0 = 0, finite = 1;
+        for (int64_t m = 0; m < M; m++) {
+            pl_tensor x1, y1;
+            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
+            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
+            *choice = 1;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y1v);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "%s one row, %s", tn, name1);
+            *choice = 0;
+            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y0v);
+            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "%s one row, %s", tn, name0);
+            same1 += memcmp(y1v, y_tile + m * N, (size_t)N * 4) == 0;
+            same0 += memcmp(y0v, y1v, (size_t)N * 4) == 0;
+            for (int64_t i = 0; i < N; i++) finite &= isfinite(y1v[i]) && isfinite(y0v[i]) && isfinite(y_tile[m * N + i]);
+        }
+        *choice = saved;
+        CHECK(finite, "%s one row: finite results", tn);
+        CHECK(same1 == M, "%s K=%lld one row, %s == batched bit for bit (%d of %lld rows)", tn, (long long)K, name1, same1,
+              (long long)M);
+        CHECK(same0 == M, "%s K=%lld one row, %s == %s bit for bit (%d of %lld rows)", tn, (long long)K, name1, name0, same0,
+              (long long)M);
+    }
+    cpu_ctx_free(prep);
+    free(x); free(y_tile); free(y1v); free(y0v);
+}
+#endif
+
 /* iq2_xs, one activation row: the gather kernel (pl_iqx_iq2xs_dec = 1, the default) == the permute
  * kernel (0, PL_CPU_IQ2XSDEC=0) == the batched tile, bit for bit, on weights that reach every grid
  * index (the gathers read the table's padding at both ends), all 128 sign indices and all 16
@@ -744,7 +797,7 @@ static void test_prepared_iq_one_row(pl_dtype dt, int64_t K, int64_t N) { test_p
 static void test_prepared_iq2xs_one_row_paths(void) {
 #if PL_CPU_HAVE_AVX2_BUILD
     const pl_dtype dt = PL_IQ2_XS;
-    const int64_t K = 2048, N = 56, M = 2;
+    const int64_t K = 2048, N = 56;
     pl_rng r = {4242};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
     char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
@@ -761,46 +814,8 @@ static void test_prepared_iq2xs_one_row_paths(void) {
     for (int i = 0; i < 512; i++) n_seen += seen[i];
     CHECK(n_seen == 512 && scales == 0xFFFF && (signs[0] & signs[1] & signs[2] & signs[3]) == 0xFFFFFFFFu,
           "iq2_xs coverage: %d of 512 grid indices, scales %x", n_seen, scales);
-    pl_tensor w;
-    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
-    float *x = malloc((size_t)(K * M) * sizeof(float));
-    pl_fill_normal(&r, x, K * M, 1.0f);
-    float *y_tile = malloc((size_t)(N * M) * 4), *y_g = malloc((size_t)N * 4), *y_p = malloc((size_t)N * 4);
-    pl_tensor tx, ty;
-    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
-    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_tile);
-    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
-    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
-    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
-    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
-        printf("iq2_xs one-row paths: no prepared layout here (skipped)\n");
-    } else {
-        const pl_tensor *ws[1] = {&w};
-        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare iq2_xs");
-        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared iq2_xs matmul, 2 rows");
-        const int saved = pl_iqx_iq2xs_dec;
-        int same_g = 0, same_p = 0, finite = 1;
-        for (int64_t m = 0; m < M; m++) {
-            pl_tensor x1, y1;
-            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
-            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
-            pl_iqx_iq2xs_dec = 1;
-            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_g);
-            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xs one row, gathers");
-            pl_iqx_iq2xs_dec = 0;
-            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_p);
-            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xs one row, permutes");
-            same_g += memcmp(y_g, y_tile + m * N, (size_t)N * 4) == 0;
-            same_p += memcmp(y_p, y_g, (size_t)N * 4) == 0;
-            for (int64_t i = 0; i < N; i++) finite &= isfinite(y_g[i]) && isfinite(y_p[i]);
-        }
-        pl_iqx_iq2xs_dec = saved;
-        CHECK(finite, "iq2_xs one row: finite results");
-        CHECK(same_g == M, "iq2_xs one row, gathers == batched bit for bit (%d of %lld rows)", same_g, (long long)M);
-        CHECK(same_p == M, "iq2_xs one row, gathers == permutes bit for bit (%d of %lld rows)", same_p, (long long)M);
-    }
-    cpu_ctx_free(prep);
-    free(wq); free(x); free(y_tile); free(y_g); free(y_p);
+    one_row_paths(dt, wq, K, N, &r, &pl_iqx_iq2xs_dec, "gathers", "permutes");
+    free(wq);
 #endif
 }
 
@@ -811,7 +826,6 @@ static void test_prepared_iq2xs_one_row_paths(void) {
 static void test_prepared_iq2xxs_one_row_paths(int64_t K, int64_t N) {
 #if PL_CPU_HAVE_AVX2_BUILD
     const pl_dtype dt = PL_IQ2_XXS;
-    const int64_t M = 2;
     pl_rng r = {4243 + (uint64_t)K};
     const size_t row = pl_dtype_row_size(dt, K), wbytes = row * (size_t)N;
     char *wq = aligned_alloc(64, (wbytes + 63) & ~(size_t)63);
@@ -838,46 +852,8 @@ static void test_prepared_iq2xxs_one_row_paths(int64_t K, int64_t N) {
         for (int j = 0; j < 4; j++) all_signs &= signs[l][j] == 0xFFFFFFFFu;
     CHECK(n_seen == 256 && scales == 0xFFFF && all_signs, "iq2_xxs K=%lld coverage: %d of 256 grid indices, scales %x, signs %d",
           (long long)K, n_seen, scales, all_signs);
-    pl_tensor w;
-    pl_tensor_init(&w, dt, 2, (int64_t[]){K, N}, wq);
-    float *x = malloc((size_t)(K * M) * sizeof(float));
-    pl_fill_normal(&r, x, K * M, 1.0f);
-    float *y_tile = malloc((size_t)(N * M) * 4), *y_one = malloc((size_t)N * 4), *y_old = malloc((size_t)N * 4);
-    pl_tensor tx, ty;
-    pl_tensor_init(&tx, PL_F32, 2, (int64_t[]){K, M}, x);
-    pl_tensor_init(&ty, PL_F32, 2, (int64_t[]){N, M}, y_tile);
-    pl_node nd = {.op = PL_OP_MATMUL, .src = {&w, &tx}, .dst = &ty};
-    const pl_kernel *k = pl_backend_lookup(&pl_backend_cpu, PL_OP_MATMUL, dt);
-    pl_exec_ctx *prep = cpu_ctx(1, k->work_size(&nd, 1));
-    if (!pl_backend_cpu.weight_prepare_size(prep, &w)) {
-        printf("iq2_xxs one-row paths: no prepared layout here (skipped)\n");
-    } else {
-        const pl_tensor *ws[1] = {&w};
-        CHECK(pl_backend_cpu.weight_prepare(prep, ws, 1, NULL, NULL) == PL_OK, "prepare iq2_xxs");
-        CHECK(run_on(&pl_backend_cpu, prep, &nd) == PL_OK, "prepared iq2_xxs matmul, 2 rows");
-        const int saved = pl_iqx_iq2xxs_dec;
-        int same = 0, same_p = 0, finite = 1;
-        for (int64_t m = 0; m < M; m++) {
-            pl_tensor x1, y1;
-            pl_tensor_init(&x1, PL_F32, 2, (int64_t[]){K, 1}, x + m * K);
-            pl_node n1 = {.op = PL_OP_MATMUL, .src = {&w, &x1}, .dst = &y1};
-            pl_iqx_iq2xxs_dec = 1;
-            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_one);
-            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xxs one row");
-            pl_iqx_iq2xxs_dec = 0;
-            pl_tensor_init(&y1, PL_F32, 2, (int64_t[]){N, 1}, y_old);
-            CHECK(run_on(&pl_backend_cpu, prep, &n1) == PL_OK, "iq2_xxs one row, PL_CPU_IQ2XXSDEC=0 kernel");
-            same += memcmp(y_one, y_tile + m * N, (size_t)N * 4) == 0;
-            same_p += memcmp(y_old, y_one, (size_t)N * 4) == 0;
-            for (int64_t i = 0; i < N; i++) finite &= isfinite(y_one[i]) && isfinite(y_old[i]) && isfinite(y_tile[m * N + i]);
-        }
-        pl_iqx_iq2xxs_dec = saved;
-        CHECK(finite, "iq2_xxs one row: finite results");
-        CHECK(same == M, "iq2_xxs one row == batched bit for bit (%d of %lld rows)", same, (long long)M);
-        CHECK(same_p == M, "iq2_xxs one row == the PL_CPU_IQ2XXSDEC=0 kernel bit for bit (%d of %lld rows)", same_p, (long long)M);
-    }
-    cpu_ctx_free(prep);
-    free(wq); free(x); free(y_tile); free(y_one); free(y_old);
+    one_row_paths(dt, wq, K, N, &r, &pl_iqx_iq2xxs_dec, "new kernel", "PL_CPU_IQ2XXSDEC=0 kernel");
+    free(wq);
 #endif
 }
 
