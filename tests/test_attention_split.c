@@ -13,7 +13,9 @@
  *     and its prefill (token blocks) against ref;
  *   - the prefill tiles (PL_CPU_ATTQ_TILE) on against off, and against ref;
  *   - the decode q8_0 scores with VNNI (PL_CPU_ATTQ_DEC) on against off, bit
- *     for bit, the kernel alone against the q8_0 matmul tile kernel.
+ *     for bit, the kernel alone against the q8_0 matmul tile kernel;
+ *   - the blocked path's V recurrence in zmm registers (PL_CPU_ATT_V512)
+ *     against the AVX2 one, bit for bit.
  */
 #include <math.h>
 #include <stdio.h>
@@ -324,6 +326,55 @@ static void check_exp16(void) {
 }
 #endif
 
+#if PL_CPU_HAVE_AVX2_BUILD
+/* The blocked path's V recurrence in zmm registers (pl_cpu_att_vkq_rows_avx512)
+ * against the position-major AVX2 one, bit for bit: f16 and f32 V, head
+ * sizes 32..256 (every tile width), GQA groups 2..8, blocks of 1..8 KV heads
+ * inside a wider cache row, pieces of 1..64 positions, new maxima (E < 0: a
+ * rescale) at the first position and scattered, accumulators carried in from
+ * an earlier piece, and nothing written outside the block's rows. */
+static void check_vkq_rows512(int G, int group, int64_t hd, int64_t n, bool f16, uint64_t seed) {
+    if (!pl_cpu_has_vnni512()) return;
+    const int rows = G * group;
+    const int64_t kvd = (G + 2) * hd, ldE = n + 3;
+    const size_t el = f16 ? 2 : 4, vs = (size_t)kvd * el;
+    char *v = malloc(vs * (size_t)n);
+    float *E = malloc(sizeof(float) * (size_t)(rows * ldE)), *tmp = malloc(sizeof(float) * (size_t)kvd);
+    float *A[2];
+    for (int i = 0; i < 2; i++) A[i] = malloc(sizeof(float) * (size_t)((rows + 1) * hd));
+    pl_rng r = {seed};
+    for (int64_t j = 0; j < n; j++) {
+        pl_fill_normal(&r, tmp, kvd, 1.5f);
+        if (f16) pl_quantize_row(PL_F16, tmp, v + (size_t)j * vs, kvd);
+        else memcpy(v + (size_t)j * vs, tmp, vs);
+    }
+    int rescales = 0;
+    for (int i = 0; i < rows; i++)
+        for (int64_t j = 0; j < n; j++) {
+            const bool newmax = j == 0 || pl_rng_unif(&r) < 0.1;
+            const float w = (float)pl_rng_unif(&r);
+            E[i * ldE + j] = newmax ? -w : w;   /* -0.0f too: the sign bit marks it */
+            rescales += newmax;
+        }
+    pl_fill_normal(&r, A[0], (rows + 1) * hd, 3.0f);
+    if (f16)
+        for (int64_t i = 0; i < rows * hd; i++) A[0][i] = pl_f16_to_f32(pl_f32_to_f16(A[0][i]));
+    memcpy(A[1], A[0], sizeof(float) * (size_t)((rows + 1) * hd));
+    const char *vb = v + (size_t)hd * el;   /* the block starts at KV head 1 of the row */
+    pl_cpu_att_vkq_rows_avx2(G, group, E, ldE, n, vb, vs, f16, hd, A[0]);
+    pl_cpu_att_vkq_rows_avx512(G, group, E, ldE, n, vb, vs, f16, hd, A[1]);
+    int bad = 0, nan = 0;
+    for (int64_t i = 0; i < (rows + 1) * hd; i++) {
+        bad += memcmp(&A[0][i], &A[1][i], sizeof(float)) != 0;
+        nan += A[1][i] != A[1][i];
+    }
+    CHECK(bad == 0 && nan == 0 && rescales > 0,
+          "V rows in zmm (%s, %d KV heads x %d, hd %lld, %lld positions): %d of %lld differ from the AVX2 kernel, %d NaN",
+          f16 ? "f16" : "f32", G, group, (long long)hd, (long long)n, bad, (long long)((rows + 1) * hd), nan);
+    free(v); free(E); free(tmp); free(A[0]); free(A[1]);
+}
+#endif
+
 /* Decode through the quantized-cache path with the VNNI decode scores
  * (PL_CPU_ATTQ_DEC) on against off: token 0 at p alone (1 and 2 threads;
  * split at depth) and in a batch of 3 at other depths (tokens 1, 2 of
@@ -403,6 +454,15 @@ int main(void) {
     check_qk_kernel(33, 64, 96);
     check_qk_kernel(18, 1, 32);
     check_exp16();
+    for (int f16 = 0; f16 < 2; f16++) {
+        check_vkq_rows512(8, 2, 128, 64, f16, 11);   /* Qwen3-0.6B / 1.7B: a whole piece */
+        check_vkq_rows512(8, 2, 128, 23, f16, 12);   /* the last piece of a token */
+        check_vkq_rows512(2, 4, 128, 64, f16, 13);   /* group 4: two row pairs per KV head */
+        check_vkq_rows512(1, 8, 64, 7, f16, 14);     /* tiles of 64 dims */
+        check_vkq_rows512(3, 2, 96, 40, f16, 15);    /* tiles of 32 dims */
+        check_vkq_rows512(2, 2, 256, 64, f16, 16);   /* two tiles of 128 dims */
+        check_vkq_rows512(4, 2, 32, 1, f16, 17);     /* one position */
+    }
     for (int R = 1; R <= 2; R++) {
         check_qkd_kernel(R, 64, 128);
         check_qkd_kernel(R, 23, 128);

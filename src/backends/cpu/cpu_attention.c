@@ -181,6 +181,7 @@ typedef struct pl_att_job {
     float scale;
     bool f16, avx2, avx512, online, flash;
     bool blocked;        /* online, KV heads in blocks of kvb, positions in pieces (pl_att_online_block) */
+    bool v512;           /* the blocked path's V recurrence in zmm registers (PL_CPU_ATT_V512=0: the AVX2 one) */
     int64_t kvb;         /* KV heads per task of the blocked path */
     pl_att_split *split; /* the blocked path's tasks: tokens x position chunks x KV-head blocks */
     char *scratch;
@@ -427,8 +428,12 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
         pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
                                   PL_ATT_PIECE);
         for (int64_t r = 0; r < rows; r++) pl_att_scan(j->avx2, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
-        pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16, hd,
-                                 A);
+        if (j->v512)
+            pl_cpu_att_vkq_rows_avx512((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16,
+                                       hd, A);
+        else
+            pl_cpu_att_vkq_rows_avx2((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16,
+                                     hd, A);
     }
     if (slot) {   /* the chunk's partial: A, M and the sum of each row (head g0 * G + r) */
         const int64_t H = j->n_head;
@@ -544,6 +549,7 @@ static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group
 
 int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
+int pl_cpu_att_v512_mode = -1;
 int pl_cpu_attq_tile_mode = -1;
 int pl_cpu_attq_dec_mode = -1;
 int pl_cpu_attq_exp16_mode = -1;
@@ -1073,6 +1079,9 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
         const int64_t most = PL_ATT_BLOCK_ROWS / job.group;
         job.kvb = n_kv_head < most ? n_kv_head : most;
         job.blocked = true;
+        static int sw_v512 = -1;
+        if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATT_V512");
+        job.v512 = job.avx512 && (pl_cpu_att_v512_mode >= 0 ? pl_cpu_att_v512_mode > 0 : sw_v512);
         /* at depth, each token's positions in chunks (cpu_attention_split.h):
          * a decode token's attention spreads over the threads */
         static int sw_split = -1;

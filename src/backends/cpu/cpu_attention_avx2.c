@@ -340,15 +340,18 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
     }
 }
 
-/* Rows ahead for the software prefetch of a block narrower than the cache
- * row (more query rows than a task holds): part of every row is a stride the
- * hardware prefetchers follow badly (4 rows ahead: 0.55x the time of none
- * in a stand-alone sweep at depth 2048). Whole rows need none. */
+/* Rows ahead for the software prefetch of the block's slice of each cache
+ * row. A slice narrower than the row (more query rows than a task holds) is
+ * a stride the hardware prefetchers follow badly (4 rows ahead: 0.55x the
+ * time of none in a stand-alone sweep at depth 2048). Whole rows are a
+ * forward stream, but the prefetchers did not keep up with it either: decode
+ * at depth 4096 (0.6B shapes, 1 thread) ran 1.07-1.08x as fast with whole
+ * rows prefetched 4 ahead (8: 1.04-1.05x, 16: 1.02-1.04x). */
 #define PL_ATT_ROWS_PF 4
 
 /* Row j + pf's slice (bytes from base), when the slice is part of a row. */
 PL_AI void pl_prefetch_slice(const char *base, size_t stride, size_t slice, int64_t j, int64_t n) {
-    if (slice >= stride || j + PL_ATT_ROWS_PF >= n) return;
+    if (j + PL_ATT_ROWS_PF >= n) return;
     const char *p = base + (j + PL_ATT_ROWS_PF) * (int64_t)stride;
     for (size_t off = 0; off < slice; off += 64) _mm_prefetch(p + off, _MM_HINT_T0);
 }
@@ -855,4 +858,93 @@ bool pl_cpu_attq_decode_avx2(pl_dtype t, const void *src, float *dst, int64_t n)
         return true;
     }
     return false;
+}
+
+/* pl_cpu_att_vkq_rows_avx2's recurrence with the accumulators in zmm
+ * registers for a whole piece: for each KV head of the block, each pair of
+ * its rows and each tile of 16 NZ dims, the positions 0..n-1 in turn. The
+ * position-major kernel loads and stores every accumulator at every
+ * position and its 8-lane f16 round trips (cvtps2ph + cvtph2ps after each
+ * step) take twice the uops of 16-lane ones. Here a tile's 2 x NZ
+ * accumulators (NZ <= 8: 16 registers) stay in registers and every V vector
+ * is converted once for both rows. Each accumulator element sees the same
+ * operations in the same order as there (rescale by -E when E's sign bit
+ * marks a new maximum, then fma and, with an f16 cache, the f16 rounding),
+ * so the bits are the same (test_attention_split: check_vkq_rows512). The
+ * piece's V rows are read once per KV head, pair and tile: the first read
+ * from memory (the rows are prefetched ahead as in the position-major
+ * kernel, whole rows), the rest from L1 / L2 (64 positions x 2 KB). */
+PL_AVX512_AI void pl_vkq_tile512(const int NZ, const int f16, const float *E0, const float *E1, int64_t n,
+                                 const char *vg, size_t vs, const char *pfrow, size_t span, float *A0, float *A1) {
+    __m512 a0[8], a1[8];
+    PL_UNROLL
+    for (int z = 0; z < NZ; z++) a0[z] = _mm512_loadu_ps(A0 + 16 * z), a1[z] = _mm512_loadu_ps(A1 + 16 * z);
+    for (int64_t j = 0; j < n; j++) {
+        const char *vr = vg + j * vs;
+        if (pfrow) pl_prefetch_slice(pfrow, vs, span, j, n);
+        float w0 = E0[j], w1 = E1[j];
+        if (signbit(w0)) {
+            const __m512 ms = _mm512_set1_ps(-w0);
+            PL_UNROLL
+            for (int z = 0; z < NZ; z++) {
+                a0[z] = _mm512_mul_ps(a0[z], ms);
+                if (f16) a0[z] = _mm512_cvtph_ps(_mm512_cvtps_ph(a0[z], _MM_FROUND_TO_NEAREST_INT));
+            }
+            w0 = 1.0f;
+        }
+        if (signbit(w1)) {
+            const __m512 ms = _mm512_set1_ps(-w1);
+            PL_UNROLL
+            for (int z = 0; z < NZ; z++) {
+                a1[z] = _mm512_mul_ps(a1[z], ms);
+                if (f16) a1[z] = _mm512_cvtph_ps(_mm512_cvtps_ph(a1[z], _MM_FROUND_TO_NEAREST_INT));
+            }
+            w1 = 1.0f;
+        }
+        const __m512 wv0 = _mm512_set1_ps(w0), wv1 = _mm512_set1_ps(w1);
+        PL_UNROLL
+        for (int z = 0; z < NZ; z++) {
+            const __m512 x = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(vr + 32 * z)))
+                                 : _mm512_loadu_ps((const float *)vr + 16 * z);
+            a0[z] = _mm512_fmadd_ps(x, wv0, a0[z]);
+            a1[z] = _mm512_fmadd_ps(x, wv1, a1[z]);
+            if (f16) {
+                a0[z] = _mm512_cvtph_ps(_mm512_cvtps_ph(a0[z], _MM_FROUND_TO_NEAREST_INT));
+                a1[z] = _mm512_cvtph_ps(_mm512_cvtps_ph(a1[z], _MM_FROUND_TO_NEAREST_INT));
+            }
+        }
+    }
+    PL_UNROLL
+    for (int z = 0; z < NZ; z++) _mm512_storeu_ps(A0 + 16 * z, a0[z]), _mm512_storeu_ps(A1 + 16 * z, a1[z]);
+}
+
+/* As pl_cpu_att_vkq_rows_avx2 (same arguments, same bits); group even,
+ * hd % 32 == 0. */
+PL_AVX512 void pl_cpu_att_vkq_rows_avx512(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v,
+                                          size_t vs, bool f16, int64_t hd, float *A) {
+    const size_t el = f16 ? 2 : 4;
+    const size_t span = (size_t)G * (size_t)hd * el;   /* the block's slices of a row: prefetched whole */
+    const int NZ = hd % 128 == 0 ? 8 : hd % 64 == 0 ? 4 : 2;
+    bool first = true;
+    for (int g = 0; g < G; g++)
+        for (int h = 0; h < group; h += 2) {
+            const int r = g * group + h;
+            for (int64_t d = 0; d < hd; d += 16 * NZ) {
+                const char *vg = v + ((size_t)g * (size_t)hd + (size_t)d) * el;
+                const float *E0 = E + r * ldE, *E1 = E0 + ldE;
+                float *A0 = A + (int64_t)r * hd + d, *A1 = A0 + hd;
+                /* the first pass reads the piece from memory: it prefetches the block's whole rows ahead */
+                const char *pf = first ? v : NULL;
+                if (f16) {
+                    if (NZ == 8) pl_vkq_tile512(8, 1, E0, E1, n, vg, vs, pf, span, A0, A1);
+                    else if (NZ == 4) pl_vkq_tile512(4, 1, E0, E1, n, vg, vs, pf, span, A0, A1);
+                    else pl_vkq_tile512(2, 1, E0, E1, n, vg, vs, pf, span, A0, A1);
+                } else {
+                    if (NZ == 8) pl_vkq_tile512(8, 0, E0, E1, n, vg, vs, pf, span, A0, A1);
+                    else if (NZ == 4) pl_vkq_tile512(4, 0, E0, E1, n, vg, vs, pf, span, A0, A1);
+                    else pl_vkq_tile512(2, 0, E0, E1, n, vg, vs, pf, span, A0, A1);
+                }
+                first = false;
+            }
+        }
 }

@@ -584,6 +584,9 @@ void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const ch
                                int64_t n, int64_t hd, float scale, float *S, int64_t ldS);
 void pl_cpu_att_vkq_rows_avx2(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v, size_t vs,
                               bool f16, int64_t hd, float *A);
+/* The same recurrence and bits with the accumulators in zmm registers (AVX-512; group even, hd % 32 == 0). */
+void pl_cpu_att_vkq_rows_avx512(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v, size_t vs,
+                                bool f16, int64_t hd, float *A);
 void pl_cpu_vexp_avx2(float *x, int64_t n);
 void pl_cpu_att_vkq2_avx2(const float *e0, const float *e1, int64_t n, const char *v, size_t vs, bool f16, int64_t hd,
                           float inv0, float inv1, float *O0, float *O1);
