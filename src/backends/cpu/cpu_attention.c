@@ -381,8 +381,10 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
  * the scores of every row (pl_cpu_att_dots_rows_avx2), the running-maximum
  * scan and exps of each row (its maximum and sum carried over), and the V
  * recurrence of every row (pl_cpu_att_vkq_rows_avx2, its accumulators
- * carried over). Each row sees the operations of pl_att_online_token in the
- * same order, so the results are the same bits.
+ * carried over; with AVX-512 pl_cpu_att_vkq_rows_avx512, which keeps a row
+ * pair's accumulators in registers over the piece, PL_CPU_ATT_V512=0: off).
+ * Each row sees the operations of pl_att_online_token in the same order, so
+ * the results are the same bits.
  * Why: a cache row holds all KV heads; one KV head at a time over all
  * positions reads hd elements of every row, a stride the prefetchers follow
  * badly (software prefetch did not help), and its V recurrence waits on one
