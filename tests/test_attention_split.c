@@ -14,8 +14,8 @@
  *   - the prefill tiles (PL_CPU_ATTQ_TILE) on against off, and against ref;
  *   - the decode q8_0 scores with VNNI (PL_CPU_ATTQ_DEC) on against off, bit
  *     for bit, the kernel alone against the q8_0 matmul tile kernel;
- *   - the blocked path's V recurrence in zmm registers (PL_CPU_ATT_V512)
- *     against the AVX2 one, bit for bit.
+ *   - the blocked path's zmm kernels (PL_CPU_ATT_ZMM: the scores, and the V
+ *     recurrence in registers) against the AVX2 ones, bit for bit.
  */
 #include <math.h>
 #include <stdio.h>
@@ -327,13 +327,14 @@ static void check_exp16(void) {
 #endif
 
 #if PL_CPU_HAVE_AVX2_BUILD
-/* The blocked path's V recurrence in zmm registers (pl_cpu_att_vkq_rows_avx512)
- * against the position-major AVX2 one, bit for bit: f16 and f32 V, head
- * sizes 32..256 (every tile width), GQA groups 2..8, blocks of 1..8 KV heads
- * inside a wider cache row, pieces of 1..64 positions, new maxima (E < 0: a
- * rescale) at the first position and scattered, accumulators carried in from
- * an earlier piece, and nothing written outside the block's rows. */
-static void check_vkq_rows512(int G, int group, int64_t hd, int64_t n, bool f16, uint64_t seed) {
+/* The blocked path's zmm kernels against the AVX2 ones, bit for bit: the
+ * scores (pl_cpu_att_dots_rows_avx512) and the V recurrence in registers
+ * (pl_cpu_att_vkq_rows_avx512). f16 and f32 K / V, head sizes 32..256
+ * (every tile width), GQA groups 2..8, blocks of 1..8 KV heads inside a
+ * wider cache row, pieces of 1..64 positions, new maxima (E < 0: a rescale)
+ * at the first position and scattered, accumulators carried in from an
+ * earlier piece, and nothing written outside the block's rows and scores. */
+static void check_rows512(int G, int group, int64_t hd, int64_t n, bool f16, uint64_t seed) {
     if (!pl_cpu_has_vnni512()) return;
     const int rows = G * group;
     const int64_t kvd = (G + 2) * hd, ldE = n + 3;
@@ -371,6 +372,30 @@ static void check_vkq_rows512(int G, int group, int64_t hd, int64_t n, bool f16,
     CHECK(bad == 0 && nan == 0 && rescales > 0,
           "V rows in zmm (%s, %d KV heads x %d, hd %lld, %lld positions): %d of %lld differ from the AVX2 kernel, %d NaN",
           f16 ? "f16" : "f32", G, group, (long long)hd, (long long)n, bad, (long long)((rows + 1) * hd), nan);
+
+    /* the scores: the V rows serve as K rows, A[0] as the query rows */
+    const float *q[64];
+    for (int i = 0; i < rows; i++) q[i] = A[0] + (int64_t)i * hd;
+    float *S[2];
+    for (int i = 0; i < 2; i++) {
+        S[i] = malloc(sizeof(float) * (size_t)(rows * ldE));
+        for (int64_t x = 0; x < rows * ldE; x++) S[i][x] = -7.0f;
+    }
+    const float scale = 1.0f / sqrtf((float)hd);
+    pl_cpu_att_dots_rows_avx2(G, group, q, vb, vs, f16, n, hd, scale, S[0], ldE);
+    pl_cpu_att_dots_rows_avx512(G, group, q, vb, vs, f16, n, hd, scale, S[1], ldE);
+    int sbad = 0, snan = 0, guard = 0;
+    for (int i = 0; i < rows; i++)
+        for (int64_t j = 0; j < ldE; j++) {
+            const float x = S[1][i * ldE + j];
+            if (j >= n) { guard += x != -7.0f; continue; }
+            sbad += memcmp(&S[0][i * ldE + j], &x, sizeof(float)) != 0;
+            snan += x != x;
+        }
+    CHECK(sbad == 0 && snan == 0 && guard == 0,
+          "scores on zmm (%s, %d KV heads x %d, hd %lld, %lld positions): %d differ from the AVX2 kernel, %d NaN, "
+          "%d written past n", f16 ? "f16" : "f32", G, group, (long long)hd, (long long)n, sbad, snan, guard);
+    free(S[0]); free(S[1]);
     free(v); free(E); free(tmp); free(A[0]); free(A[1]);
 }
 #endif
@@ -455,13 +480,13 @@ int main(void) {
     check_qk_kernel(18, 1, 32);
     check_exp16();
     for (int f16 = 0; f16 < 2; f16++) {
-        check_vkq_rows512(8, 2, 128, 64, f16, 11);   /* Qwen3-0.6B / 1.7B: a whole piece */
-        check_vkq_rows512(8, 2, 128, 23, f16, 12);   /* the last piece of a token */
-        check_vkq_rows512(2, 4, 128, 64, f16, 13);   /* group 4: two row pairs per KV head */
-        check_vkq_rows512(1, 8, 64, 7, f16, 14);     /* tiles of 64 dims */
-        check_vkq_rows512(3, 2, 96, 40, f16, 15);    /* tiles of 32 dims */
-        check_vkq_rows512(2, 2, 256, 64, f16, 16);   /* two tiles of 128 dims */
-        check_vkq_rows512(4, 2, 32, 1, f16, 17);     /* one position */
+        check_rows512(8, 2, 128, 64, f16, 11);   /* Qwen3-0.6B / 1.7B: a whole piece */
+        check_rows512(8, 2, 128, 23, f16, 12);   /* the last piece of a token */
+        check_rows512(2, 4, 128, 64, f16, 13);   /* group 4: two row pairs per KV head */
+        check_rows512(1, 8, 64, 7, f16, 14);     /* tiles of 64 dims */
+        check_rows512(3, 2, 96, 40, f16, 15);    /* tiles of 32 dims */
+        check_rows512(2, 2, 256, 64, f16, 16);   /* two tiles of 128 dims */
+        check_rows512(4, 2, 32, 1, f16, 17);     /* one position */
     }
     for (int R = 1; R <= 2; R++) {
         check_qkd_kernel(R, 64, 128);

@@ -181,7 +181,7 @@ typedef struct pl_att_job {
     float scale;
     bool f16, avx2, avx512, online, flash;
     bool blocked;        /* online, KV heads in blocks of kvb, positions in pieces (pl_att_online_block) */
-    bool v512;           /* the blocked path's V recurrence in zmm registers (PL_CPU_ATT_V512=0: the AVX2 one) */
+    bool zmm;            /* the blocked path's scores and V recurrence on zmm (PL_CPU_ATT_ZMM=0: the AVX2 kernels) */
     int64_t kvb;         /* KV heads per task of the blocked path */
     pl_att_split *split; /* the blocked path's tasks: tokens x position chunks x KV-head blocks */
     char *scratch;
@@ -381,10 +381,11 @@ static void pl_att_online_token(const pl_att_job *j, int64_t g, int64_t t, int64
  * the scores of every row (pl_cpu_att_dots_rows_avx2), the running-maximum
  * scan and exps of each row (its maximum and sum carried over), and the V
  * recurrence of every row (pl_cpu_att_vkq_rows_avx2, its accumulators
- * carried over; with AVX-512 pl_cpu_att_vkq_rows_avx512, which keeps a row
- * pair's accumulators in registers over the piece, PL_CPU_ATT_V512=0: off).
- * Each row sees the operations of pl_att_online_token in the same order, so
- * the results are the same bits.
+ * carried over). With AVX-512 both run on zmm (pl_cpu_att_dots_rows_avx512;
+ * pl_cpu_att_vkq_rows_avx512 keeps a row pair's accumulators in registers
+ * over the piece; PL_CPU_ATT_ZMM=0: the AVX2 kernels). Each row sees the
+ * operations of pl_att_online_token in the same order, so the results are
+ * the same bits.
  * Why: a cache row holds all KV heads; one KV head at a time over all
  * positions reads hd elements of every row, a stride the prefetchers follow
  * badly (software prefetch did not help), and its V recurrence waits on one
@@ -427,10 +428,14 @@ static void pl_att_online_block(const pl_att_job *j, int64_t t, int64_t g0, int6
     }
     for (int64_t p0 = 0; p0 < n; p0 += PL_ATT_PIECE) {
         const int64_t m = n - p0 < PL_ATT_PIECE ? n - p0 : PL_ATT_PIECE;
-        pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
-                                  PL_ATT_PIECE);
+        if (j->zmm)
+            pl_cpu_att_dots_rows_avx512((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale,
+                                        S, PL_ATT_PIECE);
+        else
+            pl_cpu_att_dots_rows_avx2((int)(g1 - g0), (int)G, qr, kbase + p0 * (int64_t)ks, ks, j->f16, m, hd, j->scale, S,
+                                      PL_ATT_PIECE);
         for (int64_t r = 0; r < rows; r++) pl_att_scan(j->avx2, S + r * PL_ATT_PIECE, newmax, m, &M[r], &sum[r]);
-        if (j->v512)
+        if (j->zmm)
             pl_cpu_att_vkq_rows_avx512((int)(g1 - g0), (int)G, S, PL_ATT_PIECE, m, vbase + p0 * (int64_t)vs, vs, j->f16,
                                        hd, A);
         else
@@ -551,7 +556,7 @@ static int64_t pl_att_flash_tb(int64_t group) { return PL_ATT_FLASH_ROWS / group
 
 int pl_cpu_att_blocked_mode = -1;
 int pl_cpu_att_split_mode = -1;
-int pl_cpu_att_v512_mode = -1;
+int pl_cpu_att_zmm_mode = -1;
 int pl_cpu_attq_tile_mode = -1;
 int pl_cpu_attq_dec_mode = -1;
 int pl_cpu_attq_exp16_mode = -1;
@@ -1081,9 +1086,9 @@ pl_status pl_cpu_op_attention(pl_exec_ctx *ctx, const pl_node *node) {
         const int64_t most = PL_ATT_BLOCK_ROWS / job.group;
         job.kvb = n_kv_head < most ? n_kv_head : most;
         job.blocked = true;
-        static int sw_v512 = -1;
-        if (sw_v512 < 0) sw_v512 = pl_cpu_switch("PL_CPU_ATT_V512");
-        job.v512 = job.avx512 && (pl_cpu_att_v512_mode >= 0 ? pl_cpu_att_v512_mode > 0 : sw_v512);
+        static int sw_zmm = -1;
+        if (sw_zmm < 0) sw_zmm = pl_cpu_switch("PL_CPU_ATT_ZMM");
+        job.zmm = job.avx512 && (pl_cpu_att_zmm_mode >= 0 ? pl_cpu_att_zmm_mode > 0 : sw_zmm);
         /* at depth, each token's positions in chunks (cpu_attention_split.h):
          * a decode token's attention spreads over the threads */
         static int sw_split = -1;

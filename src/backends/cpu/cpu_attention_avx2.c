@@ -870,7 +870,7 @@ bool pl_cpu_attq_decode_avx2(pl_dtype t, const void *src, float *dst, int64_t n)
  * is converted once for both rows. Each accumulator element sees the same
  * operations in the same order as there (rescale by -E when E's sign bit
  * marks a new maximum, then fma and, with an f16 cache, the f16 rounding),
- * so the bits are the same (test_attention_split: check_vkq_rows512). The
+ * so the bits are the same (test_attention_split: check_rows512). The
  * piece's V rows are read once per KV head, pair and tile: the first read
  * from memory (the rows are prefetched ahead as in the position-major
  * kernel, whole rows), the rest from L1 / L2 (64 positions x 2 KB). */
@@ -947,4 +947,58 @@ PL_AVX512 void pl_cpu_att_vkq_rows_avx512(int G, int group, const float *E, int6
                 first = false;
             }
         }
+}
+
+/* pl_dot_partials_1x2 on zmm: lanes 0-7 / 8-15 of z[h][0] are its s[h][0] /
+ * s[h][1], those of z[h][1] its s[h][2] / s[h][3] (the same products added
+ * in the same order, lane for lane), and a[h] = (s0 + s2) + (s1 + s3) as
+ * there: the same bits with half the fma and conversion uops. np % 32 == 0. */
+PL_AVX512_AI void pl_dot_partials_1x2_512(const float *q0, const float *q1, const char *k, const int f16, int64_t np,
+                                          __m256 a[2]) {
+    __m512 z[2][2];
+    z[0][0] = z[0][1] = z[1][0] = z[1][1] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < np; i += 32) {
+        PL_UNROLL
+        for (int c = 0; c < 2; c++) {
+            const __m512 x = f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)k + i + 16 * c)))
+                                 : _mm512_loadu_ps((const float *)k + i + 16 * c);
+            z[0][c] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q0 + i + 16 * c), z[0][c]);
+            z[1][c] = _mm512_fmadd_ps(x, _mm512_loadu_ps(q1 + i + 16 * c), z[1][c]);
+        }
+    }
+    PL_UNROLL
+    for (int h = 0; h < 2; h++) {
+        const __m512 t = _mm512_add_ps(z[h][0], z[h][1]);
+        a[h] = _mm256_add_ps(_mm512_castps512_ps256(t), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(t), 1)));
+    }
+}
+
+/* As pl_cpu_att_dots_rows_avx2 (same arguments, same bits), the partial sums
+ * on zmm (pl_dot_partials_1x2_512). */
+PL_AVX512 void pl_cpu_att_dots_rows_avx512(int G, int group, const float *const *q, const char *k, size_t ks, bool f16,
+                                           int64_t n, int64_t hd, float scale, float *S, int64_t ldS) {
+    const int rows = G * group;
+    const size_t el = f16 ? 2 : 4;
+    const __m256 sc = _mm256_set1_ps(scale);
+    const size_t slice = (size_t)G * (size_t)hd * el;
+    for (int64_t j = 0; j < n; j++) {
+        const char *kr = k + j * ks;
+        pl_prefetch_slice(k, ks, slice, j, n);
+        __m256 a[8];
+        int na = 0, r0 = 0;
+        for (int r = 0; r < rows; r += 2) {
+            const char *kg = kr + (size_t)(r / group) * (size_t)hd * el;
+            if (f16) pl_dot_partials_1x2_512(q[r], q[r + 1], kg, 1, hd, a + na);
+            else pl_dot_partials_1x2_512(q[r], q[r + 1], kg, 0, hd, a + na);
+            na += 2;
+            if (na == 8 || r + 2 == rows) {
+                for (int i = na; i < 8; i++) a[i] = a[0];
+                float t[8];
+                _mm256_storeu_ps(t, _mm256_mul_ps(pl_reduce8_ggml(a), sc));
+                for (int i = 0; i < na; i++) S[(r0 + i) * ldS + j] = t[i];
+                r0 += na;
+                na = 0;
+            }
+        }
+    }
 }

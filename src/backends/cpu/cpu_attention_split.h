@@ -33,9 +33,9 @@
 
 /* -1: follow PL_CPU_ATT_SPLIT (default on); 0 / 1: off / on (tests). */
 extern int pl_cpu_att_split_mode;
-/* -1: follow PL_CPU_ATT_V512 (default on where AVX-512 is); 0 / 1: the blocked
- * path's V recurrence position-major in AVX2 / in zmm registers (tests). */
-extern int pl_cpu_att_v512_mode;
+/* -1: follow PL_CPU_ATT_ZMM (default on where AVX-512 is); 0 / 1: the blocked
+ * path's scores and V recurrence by the AVX2 / the zmm kernels (tests). */
+extern int pl_cpu_att_zmm_mode;
 
 static inline int32_t pl_att_i32(const pl_tensor *t, int64_t i) {
     int32_t v;

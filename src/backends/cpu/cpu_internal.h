@@ -582,6 +582,9 @@ void pl_cpu_att_dots_ggml_avx2(int R, const float *const *q, const char *k, size
                                float scale, float *S, int64_t ldS, const char *v, size_t vs);
 void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const char *k, size_t ks, bool f16,
                                int64_t n, int64_t hd, float scale, float *S, int64_t ldS);
+/* The same scores and bits with the partial sums on zmm (AVX-512; group even, hd % 32 == 0). */
+void pl_cpu_att_dots_rows_avx512(int G, int group, const float *const *q, const char *k, size_t ks, bool f16,
+                                 int64_t n, int64_t hd, float scale, float *S, int64_t ldS);
 void pl_cpu_att_vkq_rows_avx2(int G, int group, const float *E, int64_t ldE, int64_t n, const char *v, size_t vs,
                               bool f16, int64_t hd, float *A);
 /* The same recurrence and bits with the accumulators in zmm registers (AVX-512; group even, hd % 32 == 0). */
