@@ -374,6 +374,15 @@ PL_AI void pl_dot_partials_1x2(const float *q0, const float *q1, const char *k, 
     for (int h = 0; h < 2; h++) a[h] = _mm256_add_ps(_mm256_add_ps(s[h][0], s[h][2]), _mm256_add_ps(s[h][1], s[h][3]));
 }
 
+/* The scores of rows r0 .. r0 + na - 1 at position j from their partials a[0 .. na - 1] (na <= 8):
+ * reduced together, scaled, stored. */
+PL_AI void pl_dots_rows_store(__m256 a[8], int na, __m256 sc, float *S, int64_t ldS, int r0, int64_t j) {
+    for (int i = na; i < 8; i++) a[i] = a[0];
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_mul_ps(pl_reduce8_ggml(a), sc));
+    for (int i = 0; i < na; i++) S[(r0 + i) * ldS + j] = t[i];
+}
+
 /* Position-major scores for a block of G KV heads: for each position j, the
  * block's G slices of cache row j (adjacent, G * hd elements) against the
  * rows' queries; row r = g * group + h (group even, hd % 32 == 0). The cache
@@ -398,10 +407,7 @@ void pl_cpu_att_dots_rows_avx2(int G, int group, const float *const *q, const ch
             else pl_dot_partials_1x2(q[r], q[r + 1], kg, 0, hd, a + na);
             na += 2;
             if (na == 8 || r + 2 == rows) {
-                for (int i = na; i < 8; i++) a[i] = a[0];
-                float t[8];
-                _mm256_storeu_ps(t, _mm256_mul_ps(pl_reduce8_ggml(a), sc));
-                for (int i = 0; i < na; i++) S[(r0 + i) * ldS + j] = t[i];
+                pl_dots_rows_store(a, na, sc, S, ldS, r0, j);
                 r0 += na;
                 na = 0;
             }
@@ -992,10 +998,7 @@ PL_AVX512 void pl_cpu_att_dots_rows_avx512(int G, int group, const float *const 
             else pl_dot_partials_1x2_512(q[r], q[r + 1], kg, 0, hd, a + na);
             na += 2;
             if (na == 8 || r + 2 == rows) {
-                for (int i = na; i < 8; i++) a[i] = a[0];
-                float t[8];
-                _mm256_storeu_ps(t, _mm256_mul_ps(pl_reduce8_ggml(a), sc));
-                for (int i = 0; i < na; i++) S[(r0 + i) * ldS + j] = t[i];
+                pl_dots_rows_store(a, na, sc, S, ldS, r0, j);
                 r0 += na;
                 na = 0;
             }

@@ -217,6 +217,29 @@ PL_IQX_AI void pl_iqx_q8_transpose(const int8_t *q8, __m512i qt, int8_t *buf) {
 #define PL_IQX_DEC_T __attribute__((target("avx512f,avx512vl,avx512bw,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,gfni")))
 /* not inlined: the gemm entry points keep PL_IQX_T, so nothing GFNI runs on a CPU without it */
 #define PL_IQX_DEC_F static __attribute__((noinline)) PL_IQX_DEC_T
+
+/* Both iq2_xxs one-row kernels' sub-block: sc x the 16 rows' dot products over the sub-block's 32
+ * weights, from lv[h] (the level codes of weights 4 h .. 4 h + 3 of each group, a byte a row and
+ * group), full (the sign bits, bit 4 h + w for weight 4 h + w) and q (the sub-block's transposed q8
+ * codes). */
+static inline __attribute__((always_inline)) PL_IQX_DEC_T __m512i pl_iq2xxsx_sub_dot(const __m512i lv[2], __m512i full,
+                                                                                   const int8_t *q, __m512i sc) {
+    __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    PL_UNROLL
+    for (int h = 0; h < 2; h++) {
+        PL_UNROLL
+        for (int w = 0; w < 4; w++) {
+            const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
+            const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
+            int32_t qa;
+            memcpy(&qa, q + 4 * (4 * h + w), 4);
+            const __m512i a = _mm512_set1_epi32(qa);
+            const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
+            acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
+        }
+    }
+    return _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc);
+}
 PL_IQX_DEC_F void pl_iq2xxsx_panel1p(int64_t nb, const uint8_t *codes, const uint16_t *dv, const pl_q8kx *y, float *d,
                                       __mmask16 mk) {
     const __m512i arr = _mm512_loadu_si512((const void *)pl_iqx_arr4), qt = _mm512_loadu_si512((const void *)pl_iqx_qt_xxs);
@@ -246,21 +269,7 @@ PL_IQX_DEC_F void pl_iq2xxsx_panel1p(int64_t nb, const uint8_t *codes, const uin
             const __m512i sc = _mm512_dpbusd_epi32(_mm512_set1_epi32(1), sbit, _mm512_set1_epi32(0x10080402));
             const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
             const __m512i lv[2] = {pl_iqx_lv_lookup(x, lo0, lo1, lo2, lo3), pl_iqx_lv_lookup(x, hi0, hi1, hi2, hi3)};
-            __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-            PL_UNROLL
-            for (int h = 0; h < 2; h++) {
-                PL_UNROLL
-                for (int w = 0; w < 4; w++) {
-                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
-                    const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
-                    int32_t qa;
-                    memcpy(&qa, qtb + 32 * s + 4 * (4 * h + w), 4);
-                    const __m512i a = _mm512_set1_epi32(qa);
-                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-                    acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
-                }
-            }
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc));
+            bsum = _mm512_add_epi32(bsum, pl_iq2xxsx_sub_dot(lv, full, qtb + 32 * s, sc));
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
         const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
@@ -328,21 +337,7 @@ PL_IQX_DEC_F void pl_iq2xxsx_panel1(int64_t nb, const uint8_t *codes, const uint
             const __m512i x = _mm512_permutexvar_epi8(arr, _mm512_loadu_si512((const void *)(idx + 64 * s)));
             const __mmask64 k = _mm512_movepi8_mask(x);
             const __m512i lv[2] = {pl_iqx_lv_lookupm(x, k, lo0, lo1, lo2, lo3), pl_iqx_lv_lookupm(x, k, hi0, hi1, hi2, hi3)};
-            __m512i acc[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-            PL_UNROLL
-            for (int h = 0; h < 2; h++) {
-                PL_UNROLL
-                for (int w = 0; w < 4; w++) {
-                    const __m512i wv = _mm512_gf2p8affine_epi64_epi8(lv[h], pl_iqx_lv_map(w), 8);
-                    const __mmask64 neg = _mm512_test_epi8_mask(full, _mm512_set1_epi8((char)(1 << (4 * h + w))));
-                    int32_t qa;
-                    memcpy(&qa, qtb + 32 * s + 4 * (4 * h + w), 4);
-                    const __m512i a = _mm512_set1_epi32(qa);
-                    const __m512i aq = _mm512_mask_sub_epi8(a, neg, _mm512_setzero_si512(), a);
-                    acc[w & 1] = _mm512_dpbusd_epi32(acc[w & 1], wv, aq);
-                }
-            }
-            bsum = _mm512_add_epi32(bsum, _mm512_mullo_epi32(_mm512_add_epi32(acc[0], acc[1]), sc));
+            bsum = _mm512_add_epi32(bsum, pl_iq2xxsx_sub_dot(lv, full, qtb + 32 * s, sc));
         }
         const __m512 d16 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dv + PL_KQX_ROWS * b)));
         const __m512 dd = _mm512_mul_ps(d16, _mm512_set1_ps(y[b].b.d));
